@@ -1,0 +1,189 @@
+"""Synthetic task families for the embedded model: prompts, worked answers, exact checkers.
+
+Two order-sensitive families, in the spirit of the paper's math and code tasks:
+
+- ``word``: grade-school word problems (1-3 steps of +, - or doubling on numbers up to about 70), solved step by step and
+  closed by an answer line (the GSM8K pattern).
+- ``list``: apply one operation to every item of a list, one equation per item in order, then
+  the new list (order matters: the answer is the whole list in order).
+
+Wording varies on purpose (several phrasings for every sentence, optional openings and
+summaries, names and objects) so that a model trained on it is unsure where language is free and
+sure where it is forced, as a real LLM is. Everything is seeded: ``make_split(family, "test")``
+gives the same 500 held-out items on every machine, and training data never contains a test prompt.
+"""
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+FAMILIES = ("word", "list")
+TEST_SIZE = 500
+_TEST_SEED = {"word": 9_001, "list": 9_002}
+
+NAMES = ["Tom", "Anna", "Ben", "Mia", "Sam", "Lily", "Max", "Zoe", "Leo", "Emma", "Omar", "Nina",
+         "Jack", "Ruby", "Ivan", "Sara", "Paul", "Lena", "Hugo", "Ada"]
+FRIENDS = ["a friend", "his sister", "her brother", "a neighbour", "the teacher", "their mother",
+           "a classmate", "grandma"]
+OBJECTS = ["apples", "books", "marbles", "stickers", "coins", "pencils", "cookies", "cards",
+           "shells", "stamps", "eggs", "toy cars", "flowers", "candies"]
+PLACES = ["at school", "at the market", "in the park", "at home", "on Monday", "after lunch"]
+
+
+@dataclass(frozen=True)
+class Item:
+    family: str
+    prompt: str
+    answer: str          # the full worked response
+    target: str          # what the checker must read back, e.g. "14" or "7, 12, 5"
+
+
+def _pick(rng: random.Random, options):
+    return options[rng.randrange(len(options))]
+
+
+# ----------------------------------------------------------------------------- word problems
+
+def _word_item(rng: random.Random) -> Item:
+    name, obj = _pick(rng, NAMES), _pick(rng, OBJECTS)
+    he = "he" if name in ("Tom", "Ben", "Sam", "Max", "Leo", "Omar", "Jack", "Ivan", "Paul", "Hugo") else "she"
+    He = he.capitalize()
+    value = rng.randint(2, 20)
+    question = [_pick(rng, [f"{name} has {value} {obj}.", f"{name} owns {value} {obj}.",
+                            f"At first, {name} has {value} {obj}.",
+                            f"{name} starts the day with {value} {obj}.",
+                            f"There are {value} {obj} in {name}'s box."])]
+    if rng.random() < 0.3:
+        question.append(_pick(rng, [f"{He} likes {obj} a lot.", f"The {obj} are {_pick(rng, ['red', 'blue', 'green', 'small', 'new'])}.",
+                                    f"It is a sunny day.", f"{He} keeps them in a bag."]))
+    solution = [_pick(rng, [f"{name} starts with {value} {obj}.", f"At first there are {value} {obj}.",
+                            f"{name} begins with {value}.", f"We start from {value} {obj}."])]
+    for _ in range(rng.choice((1, 2, 2, 3, 3))):
+        ops = ["add", "sub"] + (["double"] if value <= 20 else [])
+        op = _pick(rng, ops)
+        if op == "sub" and value < 2:
+            op = "add"
+        place = f" {_pick(rng, PLACES)}" if rng.random() < 0.3 else ""
+        if op == "add":
+            b = rng.randint(1, 9)
+            new = value + b
+            question.append(_pick(rng, [f"{He} buys {b} more {obj}{place}.", f"{He} finds {b} more{place}.",
+                                        f"Then {_pick(rng, FRIENDS)} gives {name} {b} {obj}{place}.",
+                                        f"{He} gets {b} more {obj}{place}."]))
+            solution.append(_pick(rng, [f"{He} gets {b} more, so {value} + {b} = {new}.",
+                                        f"Adding {b} gives {value} + {b} = {new}.",
+                                        f"{value} + {b} = {new} {obj}.",
+                                        f"Now {he} has {value} + {b} = {new} {obj}."]))
+        elif op == "sub":
+            b = rng.randint(1, min(9, value - 1))
+            new = value - b
+            question.append(_pick(rng, [f"{He} gives {b} {obj} to {_pick(rng, FRIENDS)}{place}.",
+                                        f"{He} loses {b} of them{place}.", f"Then {he} uses {b} {obj}{place}.",
+                                        f"{He} sells {b} {obj}{place}."]))
+            solution.append(_pick(rng, [f"{He} gives away {b}, so {value} - {b} = {new}.",
+                                        f"Taking away {b} leaves {value} - {b} = {new}.",
+                                        f"{value} - {b} = {new} {obj} are left.",
+                                        f"Now {he} has {value} - {b} = {new} {obj}."]))
+        else:
+            new = value * 2
+            question.append(_pick(rng, [f"Then the number of {obj} doubles{place}.",
+                                        f"{He} doubles {'his' if he == 'he' else 'her'} {obj}{place}.",
+                                        f"Later {he} has twice as many {obj} as before."]))
+            solution.append(_pick(rng, [f"Doubling gives {value} * 2 = {new}.",
+                                        f"Twice {value} is {value} * 2 = {new}.",
+                                        f"The {obj} double, so {value} * 2 = {new}."]))
+        value = new
+    question.append(_pick(rng, [f"How many {obj} does {name} have now?",
+                                f"How many {obj} does {name} have in the end?",
+                                f"How many {obj} are there at the end?"]))
+    opening = _pick(rng, ["", "", "Let us solve it step by step. ", "Let us think. ", "We go step by step. "])
+    summary = _pick(rng, ["", "", f"In the end {name} has {value} {obj}. "])
+    closing = _pick(rng, [f"The answer is {value}.", f"So the answer is {value}.", f"Final answer: {value}."])
+    answer = opening + " ".join(solution) + " " + summary + closing
+    return Item("word", " ".join(question), answer, str(value))
+
+
+# ----------------------------------------------------------------------------- list operations
+
+def _list_item(rng: random.Random) -> Item:
+    items = [rng.randint(1, 20) for _ in range(rng.randint(3, 6))]
+    op = _pick(rng, ["add", "sub", "double"])
+    k = rng.randint(1, 9)
+    if op == "sub":
+        k = rng.randint(1, max(1, min(items) - 1)) if min(items) > 1 else 0
+        if k == 0:
+            op, k = "add", rng.randint(1, 9)
+    listed = ", ".join(map(str, items))
+    intro = _pick(rng, [f"Here is a list: {listed}.", f"Take the numbers {listed}.",
+                        f"Start from the list {listed}.", f"We have the numbers {listed}."])
+    if op == "add":
+        task = _pick(rng, [f"Add {k} to each number.", f"Increase every number by {k}.", f"Add {k} to every item."])
+        result = [x + k for x in items]
+        steps = [f"{x} + {k} = {y}." for x, y in zip(items, result)]
+    elif op == "sub":
+        task = _pick(rng, [f"Subtract {k} from each number.", f"Take {k} away from every number.",
+                           f"Make every item smaller by {k}."])
+        result = [x - k for x in items]
+        steps = [f"{x} - {k} = {y}." for x, y in zip(items, result)]
+    else:
+        task = _pick(rng, ["Double each number.", "Multiply every number by 2.", "Make every item twice as big."])
+        result = [x * 2 for x in items]
+        steps = [f"{x} * 2 = {y}." for x, y in zip(items, result)]
+    ask = _pick(rng, ["", "", "What is the new list?", "Keep the order."])
+    opening = _pick(rng, ["", "We go through the list in order. ", "One number at a time. ", "Let us work in order. "])
+    out = ", ".join(map(str, result))
+    closing = _pick(rng, [f"The answer is {out}.", f"So the new list is {out}.", f"Final answer: {out}."])
+    prompt = " ".join(p for p in (intro, task, ask) if p)
+    return Item("list", prompt, opening + " ".join(steps) + " " + closing, out)
+
+
+_MAKERS = {"word": _word_item, "list": _list_item}
+
+
+def make_item(family: str, rng: random.Random) -> Item:
+    if family not in _MAKERS:
+        raise ValueError(f"family: unknown task family {family!r}; choose from {', '.join(FAMILIES)}")
+    return _MAKERS[family](rng)
+
+
+def make_split(family: str, split: str = "test", size: int | None = None) -> list[Item]:
+    """The fixed held-out split (``test``: 500 distinct prompts per family, same on every machine)."""
+    if split != "test":
+        raise ValueError("split: only the fixed 'test' split is stored; training data is drawn by train_stream")
+    rng, seen, items = random.Random(_TEST_SEED[family] if family in _TEST_SEED else 0), set(), []
+    while len(items) < TEST_SIZE:
+        item = make_item(family, rng)
+        if item.prompt not in seen:
+            seen.add(item.prompt)
+            items.append(item)
+    return items[:size] if size else items
+
+
+def train_stream(seed: int, families=FAMILIES):
+    """An endless, seeded stream of training items that never repeats a held-out prompt."""
+    held_out = {item.prompt for family in families for item in make_split(family)}
+    rng = random.Random(seed)
+    while True:
+        item = make_item(_pick(rng, list(families)), rng)
+        if item.prompt not in held_out:
+            yield item
+
+
+# ----------------------------------------------------------------------------- checking
+
+_ANSWER = re.compile(r"(?:answer is|answer:|new list is)\s*([0-9][0-9 ,]*)", re.IGNORECASE)
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer a response states, normalised to 'n' or 'n, m, ...'; None if there is none."""
+    matches = _ANSWER.findall(text)
+    if not matches:
+        return None
+    numbers = re.findall(r"\d+", matches[-1])
+    return ", ".join(numbers) if numbers else None
+
+
+def check(item: Item, response: str) -> bool:
+    """Exact match of the stated final answer (the last answer line) with the item's target."""
+    return extract_answer(response) == item.target

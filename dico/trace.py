@@ -1,0 +1,213 @@
+"""The step trace: what happened at every step of one decoding run, and its public JSON form.
+
+The trace is the one contract between the library, the figures and the app, and the file users
+download and upload, so its JSON form is versioned (``schema``) and round-trips losslessly:
+``Trace.from_json(trace.to_json()) == trace``.
+
+JSON form, ``schema = "dico-trace/1"`` (positions are response offsets 0..gen_length-1)::
+
+    {"schema": "dico-trace/1", "model": str, "method": str, "mode": "non-ar" | "semi-ar",
+     "settings": {...}, "prompt": str, "prompt_length": int, "gen_length": int,
+     "block_length": int | null, "text": str, "nfe": int, "wall_s": float, "tokens_per_s": float,
+     "response": [int, ...],            # final token id at every response position
+     "vocab": {"<id>": "<token text>"}, # display text of every token id the trace mentions
+     "stopped": bool,                   # true when the run was cancelled before the end
+     "attention": null | {...},         # optional aggregates, see AttentionStages
+     "steps": [{"index": int, "phase": "vanilla" | "fast" | "divide" | "conquer" | "finalize",
+                "window": [start, end),   # positions the rule could commit at this step
+                "committed": [pos, ...], "tokens": [id, ...],
+                "confidence": [float | null] * gen_length,  # max softmax of still-masked positions
+                "prediction": [int | null] * gen_length,    # their argmax token ids
+                "seeds": [pos, ...], "clusters": [[start, end], ...],  # inclusive, after the step
+                "unmasked_fraction": float, "forward_s": float, "select_s": float}, ...]}
+
+``confidence`` and ``prediction`` are null at positions already decoded before the step.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+SCHEMA = "dico-trace/1"
+PHASES = ("vanilla", "fast", "divide", "conquer", "finalize")
+MODES = ("non-ar", "semi-ar")
+MAX_JSON_BYTES = 20 * 1024 * 1024
+STAGES = ("early", "middle", "late")
+
+
+class TraceError(ValueError):
+    """A trace file that does not follow the schema; the message names the field."""
+
+
+@dataclass
+class Step:
+    index: int
+    phase: str
+    window: list[int]
+    committed: list[int]
+    tokens: list[int]
+    confidence: list[float | None]
+    prediction: list[int | None]
+    seeds: list[int] = field(default_factory=list)
+    clusters: list[list[int]] = field(default_factory=list)
+    unmasked_fraction: float = 0.0
+    forward_s: float = 0.0
+    select_s: float = 0.0
+
+
+@dataclass
+class AttentionStages:
+    """Attention of still-masked response positions, averaged over layers, heads and the steps of a stage.
+
+    ``matrix[stage][q][k]``: mean attention from response position q (while masked) to key k, where
+    k = 0 is the whole prompt summed and k = 1 + j is response position j; a row is null when q was
+    never masked during that stage. Stages split the run by unmasked fraction: early < 1/3 <= middle
+    < 2/3 <= late.
+    """
+    stages: list[str]
+    steps: list[list[int]]
+    matrix: list[list[list[float | None]]]
+
+
+@dataclass
+class Trace:
+    model: str
+    method: str
+    mode: str
+    settings: dict
+    prompt: str
+    prompt_length: int
+    gen_length: int
+    block_length: int | None
+    text: str = ""
+    nfe: int = 0
+    wall_s: float = 0.0
+    tokens_per_s: float = 0.0
+    response: list[int] = field(default_factory=list)
+    vocab: dict[str, str] = field(default_factory=dict)
+    stopped: bool = False
+    attention: AttentionStages | None = None
+    steps: list[Step] = field(default_factory=list)
+    schema: str = SCHEMA
+
+    # ------------------------------------------------------------------ convenience for readers
+    def token_text(self, token_id: int | None) -> str:
+        return "" if token_id is None else self.vocab.get(str(token_id), f"<{token_id}>")
+
+    def commit_step(self) -> list[int | None]:
+        """For every response position, the index of the step that committed it (None if never)."""
+        when: list[int | None] = [None] * self.gen_length
+        for step in self.steps:
+            for pos in step.committed:
+                when[pos] = step.index
+        return when
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, separators=(",", ":") if indent is None else None)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Trace":
+        return _parse_trace(data)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Trace":
+        if len(text) > MAX_JSON_BYTES:
+            raise TraceError(f"trace: file is {len(text) / 1e6:.1f} MB, over the {MAX_JSON_BYTES // 2**20} MiB limit")
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise TraceError(f"trace: not valid JSON ({exc})") from None
+        return _parse_trace(data)
+
+    def save(self, path) -> None:
+        from pathlib import Path
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def load(cls, path) -> "Trace":
+        from pathlib import Path
+        return cls.from_json(Path(path).read_bytes())
+
+
+# ---------------------------------------------------------------------- validation on load
+
+def _expect(cond: bool, where: str, what: str) -> None:
+    if not cond:
+        raise TraceError(f"{where}: {what}")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x) -> bool:
+    return (isinstance(x, (int, float)) and not isinstance(x, bool))
+
+
+def _parse_step(raw, i: int, n: int) -> Step:
+    where = f"steps[{i}]"
+    _expect(isinstance(raw, dict), where, "must be an object")
+    names = {f.name for f in fields(Step)}
+    missing = [k for k in ("index", "phase", "window", "committed", "tokens", "confidence", "prediction") if k not in raw]
+    _expect(not missing, where, f"missing field(s) {', '.join(missing)}")
+    _expect(raw["phase"] in PHASES, f"{where}.phase", f"must be one of {', '.join(PHASES)}")
+    _expect(_is_int(raw["index"]), f"{where}.index", "must be an integer")
+    _expect(isinstance(raw["window"], list) and len(raw["window"]) == 2 and all(_is_int(v) for v in raw["window"])
+            and 0 <= raw["window"][0] < raw["window"][1] <= n, f"{where}.window", "must be [start, end) inside the response")
+    for key in ("committed", "tokens", "seeds"):
+        values = raw.get(key, [])
+        _expect(isinstance(values, list) and all(_is_int(v) for v in values), f"{where}.{key}", "must be a list of integers")
+    _expect(len(raw["committed"]) == len(raw["tokens"]), where, "committed and tokens must have the same length")
+    _expect(all(0 <= p < n for p in raw["committed"] + raw.get("seeds", [])), f"{where}.committed",
+            "positions must be response offsets 0..gen_length-1")
+    for key, check in (("confidence", _is_num), ("prediction", _is_int)):
+        values = raw[key]
+        _expect(isinstance(values, list) and len(values) == n, f"{where}.{key}", f"must have gen_length = {n} entries")
+        _expect(all(v is None or check(v) for v in values), f"{where}.{key}", "entries must be numbers or null")
+    _expect(all(v is None or 0.0 <= v <= 1.0 for v in raw["confidence"]), f"{where}.confidence", "must lie in [0, 1]")
+    clusters = raw.get("clusters", [])
+    _expect(isinstance(clusters, list) and all(isinstance(c, list) and len(c) == 2 and all(_is_int(v) for v in c)
+                                               and 0 <= c[0] <= c[1] < n for c in clusters),
+            f"{where}.clusters", "must be a list of inclusive [start, end] response offsets")
+    for key in ("unmasked_fraction", "forward_s", "select_s"):
+        _expect(_is_num(raw.get(key, 0.0)), f"{where}.{key}", "must be a number")
+    return Step(**{k: v for k, v in raw.items() if k in names})
+
+
+def _parse_trace(data) -> Trace:
+    _expect(isinstance(data, dict), "trace", "must be a JSON object")
+    _expect(data.get("schema") == SCHEMA, "trace.schema", f"must be {SCHEMA!r} (got {data.get('schema')!r})")
+    required = ("model", "method", "mode", "settings", "prompt", "gen_length", "text", "nfe", "wall_s",
+                "tokens_per_s", "steps")
+    missing = [k for k in required if k not in data]
+    _expect(not missing, "trace", f"missing field(s) {', '.join(missing)}")
+    n = data["gen_length"]
+    _expect(_is_int(n) and 1 <= n <= 4096, "trace.gen_length", "must be an integer in 1..4096")
+    _expect(data["mode"] in MODES, "trace.mode", f"must be one of {', '.join(MODES)}")
+    for key in ("model", "method", "prompt", "text"):
+        _expect(isinstance(data[key], str), f"trace.{key}", "must be a string")
+    _expect(isinstance(data["settings"], dict), "trace.settings", "must be an object")
+    _expect(_is_int(data["nfe"]) and data["nfe"] >= 0, "trace.nfe", "must be a non-negative integer")
+    for key in ("wall_s", "tokens_per_s"):
+        _expect(_is_num(data[key]) and data[key] >= 0, f"trace.{key}", "must be a non-negative number")
+    _expect(isinstance(data["steps"], list) and len(data["steps"]) <= 16 * n, "trace.steps", "must be a list of steps")
+    vocab = data.get("vocab", {})
+    _expect(isinstance(vocab, dict) and all(isinstance(v, str) for v in vocab.values()), "trace.vocab",
+            "must map token ids to strings")
+    attention = data.get("attention")
+    if attention is not None:
+        _expect(isinstance(attention, dict) and {"stages", "steps", "matrix"} <= attention.keys(), "trace.attention",
+                "must have stages, steps and matrix")
+        attention = AttentionStages(**{k: attention[k] for k in ("stages", "steps", "matrix")})
+    names = {f.name for f in fields(Trace)}
+    kwargs = {k: v for k, v in data.items() if k in names and k not in ("steps", "attention")}
+    kwargs.setdefault("prompt_length", 0)
+    kwargs.setdefault("block_length", None)
+    trace = Trace(**kwargs, attention=attention, steps=[_parse_step(s, i, n) for i, s in enumerate(data["steps"])])
+    _expect(isinstance(trace.response, list) and len(trace.response) in (0, n), "trace.response",
+            f"must have gen_length = {n} token ids")
+    return trace
