@@ -6,10 +6,20 @@
                           method="dico", mode="non-ar", gen_length=96)
     print(trace.text, trace.nfe)
 """
-from dico.loop import Cancelled, generate
-from dico.models import EMBEDDED_NAME, MaskPredictor, ModelError, from_module, load_model
-from dico.rules import METHODS, DiCoSettings, make_rule
-from dico.trace import SCHEMA, Step, Trace, TraceError
+import importlib
 
-__all__ = ["Cancelled", "generate", "EMBEDDED_NAME", "MaskPredictor", "ModelError", "from_module", "load_model",
-           "METHODS", "DiCoSettings", "make_rule", "SCHEMA", "Step", "Trace", "TraceError"]
+# Lazy exports: ``import dico.trace`` (the figures' only dependency) must not pull in torch.
+_EXPORTS = {
+    "Cancelled": "dico.loop", "generate": "dico.loop",
+    "EMBEDDED_NAME": "dico.models", "MaskPredictor": "dico.models", "ModelError": "dico.models",
+    "from_module": "dico.models", "load_model": "dico.models",
+    "METHODS": "dico.rules", "DiCoSettings": "dico.rules", "make_rule": "dico.rules",
+    "SCHEMA": "dico.trace", "Step": "dico.trace", "Trace": "dico.trace", "TraceError": "dico.trace",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'dico' has no attribute {name!r}")

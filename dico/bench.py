@@ -6,6 +6,7 @@
     python -m dico.bench ablation margin      # Finalize with and without the logit margin
     python -m dico.bench ablation seeds       # N in {2, 4, 6, 8, 10}
     python -m dico.bench ablation conquer     # adaptive (factor) vs fixed-threshold Conquer
+    python -m dico.bench speed                # selection time per step against the forward pass, gen_length 256
 
 Every speed-up is measured against Vanilla in the same run, on the same items, one after the
 other (NFE ratio and wall-clock tokens/s ratio), never against a number from another run.
@@ -95,6 +96,25 @@ def run(predictor, configs, families, modes, n_items: int, gen_length: int, bloc
     return rows
 
 
+def speed(predictor, n_items: int, gen_length: int = 256) -> list[dict]:
+    """Median forward and selection time per step for every method: the rules' own cost next to the model's."""
+    import statistics
+
+    from dico.loop import generate
+
+    rows = []
+    items = tasks.make_split("word", "test", n_items)
+    for label, method, settings in TABLE:
+        steps = [s for item in items for s in generate(predictor, item.prompt, method, gen_length=gen_length,
+                                                       **settings).steps]
+        forward = statistics.median(s.forward_s for s in steps)
+        select = statistics.median(s.select_s for s in steps)
+        rows.append({"method": label, "gen_length": gen_length, "steps": len(steps),
+                     "forward_ms": round(1000 * forward, 3), "select_ms": round(1000 * select, 3),
+                     "select_share": round(select / forward, 4)})
+    return rows
+
+
 def markdown(rows, title: str) -> str:
     """Rows laid out like the paper's Table 1: a row per task and method, a column pair per mode."""
     modes = sorted({r["mode"] for r in rows}, key=["non-ar", "semi-ar"].index)
@@ -120,7 +140,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dico.bench", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("what", nargs="*", default=[], help="'ablation tg|margin|seeds|conquer', or nothing for Table 1")
+    parser.add_argument("what", nargs="*", default=[], help="'ablation tg|margin|seeds|conquer', 'speed', or nothing for Table 1")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_ITEMS} items per task family")
     parser.add_argument("--items", type=int, default=None, help=f"items per task family (default {FULL_ITEMS})")
     parser.add_argument("--model", default=None, help="hub id or folder (default: the embedded model)")
@@ -133,6 +153,18 @@ def main(argv=None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
+    if args.what == ["speed"]:
+        from dico.models import load_model
+        rows = speed(load_model(args.model, attention=False), args.items or (2 if args.quick else 10))
+        print("| Method | steps | forward ms (median) | selection ms (median) | selection / forward |")
+        print("|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['method']} | {r['steps']} | {r['forward_ms']:.2f} | {r['select_ms']:.3f} | "
+                  f"{100 * r['select_share']:.1f}% |")
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"title": "speed", "rows": rows}, fh, indent=1)
+        return 0
     if args.what and not (len(args.what) == 2 and args.what[0] == "ablation" and args.what[1] in ABLATIONS):
         print(f"error: what: expected nothing or 'ablation {{{','.join(ABLATIONS)}}}', got {' '.join(args.what)!r}",
               file=sys.stderr)

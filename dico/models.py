@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,7 @@ class MaskPredictor:
     chat: bool = False
     supports_attention: bool = False
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    _spacing: str | None = field(default=None, repr=False)
 
     @torch.no_grad()
     def forward(self, ids: torch.Tensor, attentions: bool = False):
@@ -71,8 +73,19 @@ class MaskPredictor:
         return [prompt[a:b] for tid, (a, b) in zip(enc["input_ids"], enc["offset_mapping"]) if tid == unk]
 
     def token_text(self, token_id: int) -> str:
-        """Display text of one token (BPE markers resolved, special tokens kept)."""
-        return self.tokenizer.decode([int(token_id)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        """Display text of one token, spaced so that joining a response's tokens reads as text.
+
+        BPE tokens carry their own leading space; word-level and WordPiece pieces get one unless they
+        are punctuation or a '##' continuation.
+        """
+        if self._spacing is None:
+            self._spacing = _spacing_style(self.tokenizer)
+        if self._spacing == "decode":
+            return self.tokenizer.decode([int(token_id)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        piece = self.tokenizer.convert_ids_to_tokens(int(token_id)) or ""
+        if piece.startswith("##"):
+            return piece[2:]
+        return piece if _PUNCTUATION.fullmatch(piece) else " " + piece
 
     def decode(self, ids) -> str:
         """Response text up to the first end-of-text token, special tokens removed."""
@@ -87,6 +100,19 @@ class MaskPredictor:
                 ids = ids[:cut]
                 break
         return self.tokenizer.decode([i for i in ids if i != self.mask_id], skip_special_tokens=True).strip()
+
+
+_PUNCTUATION = re.compile(r"[.,!?;:)\]}'%]+")
+
+
+def _spacing_style(tokenizer) -> str:
+    """'words' for word-level and WordPiece tokenizers (pieces carry no spaces), else 'decode'."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    try:
+        kind = json.loads(backend.to_str())["model"]["type"] if backend is not None else ""
+    except (ValueError, KeyError, TypeError):
+        kind = ""
+    return "words" if kind in ("WordLevel", "WordPiece") else "decode"
 
 
 def default_device_dtype(device: str | None = None, dtype: str | None = None):

@@ -10,8 +10,10 @@ JSON form, ``schema = "dico-trace/1"`` (positions are response offsets 0..gen_le
      "settings": {...}, "prompt": str, "prompt_length": int, "gen_length": int,
      "block_length": int | null, "text": str, "nfe": int, "wall_s": float, "tokens_per_s": float,
      "response": [int, ...],            # final token id at every response position
-     "vocab": {"<id>": "<token text>"}, # display text of every token id the trace mentions
-     "stopped": bool,                   # true when the run was cancelled before the end
+     "vocab": {"<id>": "<token text>"}, # display text of every token id the trace mentions, spaced so
+                                        # that joining a response's tokens in order reads as text
+     "stopped": bool,                   # true when the run was cancelled before the end (then
+                                        # "response" holds the mask id at undecoded positions)
      "attention": null | {...},         # optional aggregates, see AttentionStages
      "steps": [{"index": int, "phase": "vanilla" | "fast" | "divide" | "conquer" | "finalize",
                 "window": [start, end),   # positions the rule could commit at this step
@@ -19,7 +21,8 @@ JSON form, ``schema = "dico-trace/1"`` (positions are response offsets 0..gen_le
                 "confidence": [float | null] * gen_length,  # max softmax of still-masked positions
                 "prediction": [int | null] * gen_length,    # their argmax token ids
                 "seeds": [pos, ...], "clusters": [[start, end], ...],  # inclusive, after the step
-                "unmasked_fraction": float, "forward_s": float, "select_s": float}, ...]}
+                "unmasked_fraction": float,  # share of the response decoded after this step
+                "forward_s": float, "select_s": float}, ...]}  # model call; scoring + the rule's choice
 
 ``confidence`` and ``prediction`` are null at positions already decoded before the step.
 """
@@ -210,4 +213,31 @@ def _parse_trace(data) -> Trace:
     trace = Trace(**kwargs, attention=attention, steps=[_parse_step(s, i, n) for i, s in enumerate(data["steps"])])
     _expect(isinstance(trace.response, list) and len(trace.response) in (0, n), "trace.response",
             f"must have gen_length = {n} token ids")
+    _check_story(trace)
     return trace
+
+
+def _check_story(trace: Trace) -> None:
+    """Cross-field rules the figures rely on: steps in order, each position committed once while masked."""
+    _expect(trace.nfe == len(trace.steps), "trace.nfe", f"must equal the number of steps ({len(trace.steps)})")
+    decoded: set[int] = set()
+    for i, step in enumerate(trace.steps):
+        where = f"steps[{i}]"
+        _expect(step.index == i, f"{where}.index", f"must be {i}")
+        _expect(all((c is None) == (p in decoded) for p, c in enumerate(step.confidence)), f"{where}.confidence",
+                "must be null exactly at positions decoded before this step")
+        _expect(len(set(step.committed)) == len(step.committed) and not decoded & set(step.committed),
+                f"{where}.committed", "commits a position twice")
+        _expect(all(step.window[0] <= p < step.window[1] for p in step.committed), f"{where}.committed",
+                "positions must lie inside the step's window")
+        decoded.update(step.committed)
+    attention = trace.attention
+    if attention is not None:
+        n = trace.gen_length
+        _expect(len(attention.matrix) == len(attention.stages) == len(attention.steps), "trace.attention",
+                "stages, steps and matrix must have one entry per stage")
+        for stage, rows in enumerate(attention.matrix):
+            _expect(isinstance(rows, list) and len(rows) == n and all(
+                row is None or (isinstance(row, list) and len(row) == n + 1 and all(_is_num(v) and v >= 0 for v in row))
+                for row in rows), f"trace.attention.matrix[{stage}]",
+                f"must have {n} rows of {n + 1} non-negative numbers (or null)")

@@ -1,0 +1,107 @@
+"""Measurements for the embedded model's card: capability, confidence profile, load and forward time.
+
+    python -m dico.card [--model assets/dico-tiny] [--items 500] [--json PATH]
+
+- Teacher-forced answer accuracy: the whole worked answer is given except the numbers of the final
+  answer line, which are masked; one forward pass must predict them all.
+- Confidence profile at the first decoding step (everything masked), per region of the response:
+  the first 8 answer positions, the rest of the answer (content), the 10 positions after the true
+  end (the end-of-text boundary) and the far end-of-text tail: mean confidence and share above 0.95.
+  A real LLM is unsure in free wording and sure of the tail; a model sure of everything teaches nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+
+import torch
+
+from dico import tasks
+from dico.loop import score
+
+GEN_LENGTH = 96
+
+
+def _layout(predictor, item, gen_length):
+    prompt = predictor.encode_prompt(item.prompt)
+    answer = predictor.tokenizer(item.answer, add_special_tokens=False)["input_ids"]
+    eot = predictor.tokenizer.eos_token_id
+    response = (answer + [eot] * gen_length)[:gen_length]
+    return prompt, answer, response
+
+
+def teacher_forced(predictor, items, gen_length=GEN_LENGTH) -> float:
+    """Share of items whose final-answer numbers are all right in one pass with the rest given."""
+    right = 0
+    for item in items:
+        prompt, answer, response = _layout(predictor, item, gen_length)
+        tail = item.answer.rsplit(".", 2)[-2] if item.answer.endswith(".") else item.answer
+        n_tail = len(predictor.tokenizer(tail, add_special_tokens=False)["input_ids"]) + 1   # final line + "."
+        start = len(answer) - n_tail
+        numbers = [i for i in range(start, len(answer))
+                   if re.fullmatch(r"\d+", predictor.tokenizer.convert_ids_to_tokens(answer[i]))]
+        ids = torch.tensor([prompt + response])
+        ids[0, [len(prompt) + i for i in numbers]] = predictor.mask_id
+        logits, _ = predictor.forward(ids)
+        pred = logits[0, len(prompt):].argmax(-1)
+        right += all(int(pred[i]) == answer[i] for i in numbers)
+    return right / len(items)
+
+
+def first_step_profile(predictor, items, gen_length=GEN_LENGTH) -> dict:
+    """Mean confidence and share > 0.95 per response region when everything is still masked."""
+    regions = {"first 8": [], "content": [], "boundary (10 after end)": [], "far tail": []}
+    for item in items:
+        prompt, answer, _ = _layout(predictor, item, gen_length)
+        ids = torch.tensor([prompt + [predictor.mask_id] * gen_length])
+        conf, _, _ = score(predictor.forward(ids)[0][0, len(prompt):])
+        end = len(answer)
+        regions["first 8"] += conf[:8].tolist()
+        regions["content"] += conf[8:end].tolist()
+        regions["boundary (10 after end)"] += conf[end:end + 10].tolist()
+        regions["far tail"] += conf[end + 10:].tolist()
+    return {name: {"mean": round(sum(v) / len(v), 3), "share_above_0.95": round(sum(c > 0.95 for c in v) / len(v), 3)}
+            for name, v in regions.items() if v}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dico.card", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--items", type=int, default=500)
+    parser.add_argument("--profile-items", type=int, default=200)
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    from dico.models import load_model
+
+    start = time.perf_counter()
+    predictor = load_model(args.model)
+    load_s = time.perf_counter() - start
+    report = {"model": predictor.name, "load_s": round(load_s, 2)}
+    item = tasks.make_split("word")[0]
+    ids = torch.tensor([predictor.encode_prompt(item.prompt) + [predictor.mask_id] * GEN_LENGTH])
+    for _ in range(3):
+        predictor.forward(ids)
+    t = time.perf_counter()
+    for _ in range(20):
+        predictor.forward(ids)
+    report[f"forward_ms_gen{GEN_LENGTH}"] = round((time.perf_counter() - t) / 20 * 1000, 2)
+    ids = torch.tensor([predictor.encode_prompt(item.prompt) + [predictor.mask_id] * 256])
+    t = time.perf_counter()
+    for _ in range(10):
+        predictor.forward(ids)
+    report["forward_ms_gen256"] = round((time.perf_counter() - t) / 10 * 1000, 2)
+    for family in tasks.FAMILIES:
+        split = tasks.make_split(family, "test", args.items)
+        report[f"teacher_forced_{family}"] = round(teacher_forced(predictor, split), 4)
+        report[f"profile_{family}"] = first_step_profile(predictor, split[:args.profile_items])
+    print(json.dumps(report, indent=1))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
