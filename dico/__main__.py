@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     dico.add_argument("--no-guidance", action="store_true", help="turn trajectory guidance off")
     dico.add_argument("--guidance-origin", choices=("first-masked", "window-start"),
                       help="measure guidance from the first masked position (code) or the window start (paper)")
-    dico.add_argument("--no-logit-margin", action="store_true", help="Finalize by top-1 confidence only")
+    dico.add_argument("--no-logit-margin", action="store_true", help="Finalize by top-1 confidence (and the --shortcut) instead of the logit margin")
     dico.add_argument("--conquer", choices=("factor", "threshold"), help="Conquer's rule (default factor)")
     return parser
 
@@ -86,14 +86,18 @@ def _settings(args) -> dict:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    from dico.loop import generate
+    from dico.loop import check_inputs, generate
     from dico.models import load_model
+    from dico.rules import make_rule
+    block_length = args.block_length if args.mode == "semi-ar" else None
     try:
+        # refuse bad input before loading the model: a hub model can take minutes to download and load
+        check_inputs(args.prompt, args.method, args.mode, args.gen_length, block_length)
+        make_rule(args.method, args.mode, **_settings(args))
         predictor = load_model(args.model, trust_remote_code=args.trust_remote_code, device=args.device,
                                dtype=args.dtype)
         trace = generate(predictor, args.prompt, args.method, mode=args.mode, gen_length=args.gen_length,
-                         block_length=args.block_length if args.mode == "semi-ar" else None,
-                         capture_attention=args.capture_attention, **_settings(args))
+                         block_length=block_length, capture_attention=args.capture_attention, **_settings(args))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -28,9 +28,8 @@ class Cancelled(Exception):
         self.trace = trace
 
 
-def check_request(predictor: MaskPredictor, prompt: str, method: str, mode: str, gen_length: int,
-                  block_length: int | None) -> list[int]:
-    """Validate a request before any forward pass; return the prompt ids. Errors name the field."""
+def check_inputs(prompt: str, method: str, mode: str, gen_length: int, block_length: int | None) -> None:
+    """The checks of ``check_request`` that need no model (the command line runs them before loading one)."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("prompt: is empty; type a question for the model")
     if len(prompt) > MAX_PROMPT_CHARS:
@@ -46,7 +45,16 @@ def check_request(predictor: MaskPredictor, prompt: str, method: str, mode: str,
             raise ValueError(f"block_length: must be a whole number in 1..gen_length ({gen_length}), got {block_length!r}")
         if gen_length % block_length:
             raise ValueError(f"block_length: gen_length {gen_length} is not a multiple of block_length {block_length}")
+
+
+def check_request(predictor: MaskPredictor, prompt: str, method: str, mode: str, gen_length: int,
+                  block_length: int | None) -> list[int]:
+    """Validate a request before any forward pass; return the prompt ids. Errors name the field."""
+    check_inputs(prompt, method, mode, gen_length, block_length)
     prompt_ids = predictor.encode_prompt(prompt)
+    if len(prompt_ids) >= predictor.max_length:       # no room for even one answer token: the prompt is at fault
+        raise ValueError(f"prompt: is {len(prompt_ids)} tokens; the model's {predictor.max_length} positions must "
+                         "hold the prompt and the answer; shorten the prompt")
     if len(prompt_ids) + gen_length > predictor.max_length:
         raise ValueError(f"gen_length: prompt ({len(prompt_ids)} tokens) + gen_length ({gen_length}) exceeds the "
                          f"model's {predictor.max_length} positions; shorten the prompt or lower gen_length "

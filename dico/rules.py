@@ -281,7 +281,8 @@ class DiCo:
         self.divide_steps += 1
         if self.divide_steps > 1:
             new_seed_outside = any(not any(c[0] <= sd <= c[1] for c in before) for sd in seeds)
-            grew = any((e - b + 1) >= 1.1 * max([oe - ob + 1 for ob, oe in before if b <= ob and oe <= e] or [0])
+            # grown by 10% or more; integer arithmetic, as 1.1 * 50 > 55 in floating point
+            grew = any(10 * (e - b + 1) >= 11 * max([oe - ob + 1 for ob, oe in before if b <= ob and oe <= e] or [0])
                        for b, e in self.clusters)
             changed = new_seed_outside or len(self.clusters) != len(before) or grew
             self.quiet_steps = 0 if changed else self.quiet_steps + 1

@@ -56,20 +56,22 @@ def build_model(vocab_size: int, hidden: int, layers: int, heads: int, max_posit
     return BertForMaskedLM(config)
 
 
-def make_batch(items, tokenizer, rng: random.Random, max_gen: int):
-    """Token ids, attention mask and the response mask of one batch, response padded with <|eot|>."""
+def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: float = 0.15):
+    """Token ids, attention mask and the response mask of one batch, response padded with <|eot|>.
+
+    Most batches pad the response only a little past the longest answer (the end-of-text tail is easy
+    to learn and costs compute); a ``long_share`` of batches pads far, so every position up to
+    ``max_gen`` is trained and any gen_length a user picks is in distribution.
+    """
     import torch
 
     prompts = [tokenizer(item.prompt)["input_ids"][:MAX_PROMPT_TOKENS] for item in items]
     answers = [tokenizer(item.answer, add_special_tokens=False)["input_ids"] for item in items]
     longest = max(len(a) for a in answers) + 1
-    draw = rng.random()   # most batches short, some long so every position up to max_gen is trained
-    if draw < 0.7:
-        gen = rng.randint(longest, max(longest, 112))
-    elif draw < 0.9:
-        gen = rng.randint(max(longest, 112), max(longest, 192))
+    if rng.random() >= long_share:
+        gen = longest + rng.randint(0, 16)
     else:
-        gen = rng.randint(max(longest, 192), max(longest, max_gen))
+        gen = rng.randint(longest, max(longest, max_gen))
     width = max(len(p) for p in prompts) + gen
     ids = torch.full((len(items), width), tokenizer.pad_token_id, dtype=torch.long)
     response = torch.zeros_like(ids, dtype=torch.bool)
@@ -108,9 +110,12 @@ def main(argv=None) -> int:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--max-positions", type=int, default=384)
     parser.add_argument("--max-gen", type=int, default=256, help="longest response region drawn in training")
+    parser.add_argument("--long-share", type=float, default=0.15, help="share of batches padded up to --max-gen")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--checkpoint-every", type=int, default=500)
+    parser.add_argument("--init-from", metavar="FOLDER", help="continue from a saved model and its tokenizer "
+                                                              "(fresh optimizer, warm-up and schedule)")
     args = parser.parse_args(argv)
 
     import torch
@@ -124,22 +129,31 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    vocab_rng = random.Random(12345)
-    sample = [tasks.make_item(f, vocab_rng) for f in tasks.FAMILIES for _ in range(20_000)]
-    tokenizer = build_tokenizer([s.prompt + " " + s.answer for s in sample])
-    model = build_model(len(tokenizer), args.hidden, args.layers, args.heads, args.max_positions)
+    if args.init_from:
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(args.init_from)
+        model = AutoModelForMaskedLM.from_pretrained(args.init_from)
+    else:
+        vocab_rng = random.Random(12345)
+        sample = [tasks.make_item(f, vocab_rng) for f in tasks.FAMILIES for _ in range(20_000)]
+        tokenizer = build_tokenizer([s.prompt + " " + s.answer for s in sample])
+        model = build_model(len(tokenizer), args.hidden, args.layers, args.heads, args.max_positions)
     n_params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
     stream = tasks.train_stream(args.seed)
     budget = args.minutes * 60
     generator = torch.Generator().manual_seed(args.seed)
 
+    previous = None
+    if args.init_from and (Path(args.init_from) / "train_log.json").exists():
+        previous = json.loads((Path(args.init_from) / "train_log.json").read_text())
+
     def save(tag: str, step: int, loss: float, elapsed: float):
         model.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
         log = {"step": step, "loss_ema": round(loss, 4), "minutes": round(elapsed / 60, 2), "params": n_params,
                "command": "python -m dico.train " + " ".join(argv if argv is not None else sys.argv[1:]),
-               "args": vars(args), "tag": tag}
+               "args": vars(args), "tag": tag, "previous_stage": previous}
         (out / "train_log.json").write_text(json.dumps(log, indent=2))
 
     start, step, ema = time.time(), 0, None
@@ -154,7 +168,8 @@ def main(argv=None) -> int:
         for group in optimizer.param_groups:
             group["lr"] = max(lr, args.lr * 0.02)
         ids, attention, response = make_batch([next(stream) for _ in range(args.batch_size)], tokenizer, rng,
-                                              min(args.max_gen, args.max_positions - MAX_PROMPT_TOKENS))
+                                              min(args.max_gen, args.max_positions - MAX_PROMPT_TOKENS),
+                                              args.long_share)
         loss = diffusion_loss(model, ids, attention, response, tokenizer.mask_token_id, generator)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -1,0 +1,281 @@
+"""Stand-in mask predictors for the decoding tests: no weights, no network, every logit under the test's control.
+
+- ``scripted(script, gen_length)``: a masked LM whose confidences (and predictions, margins) at each step
+  come from a script, so a test can say "at step 2 position 5 has conf 0.7" and check exact positions.
+- ``RandomLM``: seeded random logits whose sharpness depends on how much is decoded (property tests).
+- ``MarkerLM``: LLaDA- / Dream-sized vocabularies (126400 / 151700) whose raw ``logits[i]`` peak on token
+  ``marker + i``, to check how ``MaskPredictor`` aligns them (Dream's shift by one, LLaDA in place).
+- ``tiny_model_folder(path)``: a real, tiny ``BertForMaskedLM`` + ``dico.train.build_tokenizer`` saved like a
+  hub model, for ``load_model`` and the command line.
+"""
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+import dico
+from dico.models import DREAM_MASK_ID, LLADA_MASK_ID
+
+VOCAB = 64
+PAD_ID, UNK_ID, MASK_ID, EOS_ID = 0, 1, 4, 5
+FIRST_WORD = 10                      # ids below are special tokens
+LLADA_VOCAB, DREAM_VOCAB = 126400, 151700
+
+
+def token_at(position: int) -> int:
+    """The token a scripted model predicts at a response position unless the script says otherwise."""
+    return FIRST_WORD + position % (VOCAB - FIRST_WORD)
+
+
+# ---------------------------------------------------------------------------- tokenizer
+
+class FakeTokenizer:
+    """Word-level: ``"w17"`` is id 17, other words hash into ids 10..999; ids decode to ``"w<id>"``."""
+
+    def __init__(self, vocab_size: int = VOCAB, mask_id: int = MASK_ID, eos_id: int = EOS_ID):
+        self.vocab_size, self.mask_token_id, self.eos_token_id = vocab_size, mask_id, eos_id
+        self.unk_token_id, self.pad_token_id = UNK_ID, PAD_ID
+        self.specials = {PAD_ID: "[PAD]", UNK_ID: "[UNK]", mask_id: "[MASK]", eos_id: "<|endoftext|>"}
+        self.vocab = {text: i for i, text in self.specials.items()}
+
+    def word_id(self, word: str) -> int:
+        if word in self.vocab:
+            return self.vocab[word]
+        if re.fullmatch(r"w\d+", word) and int(word[1:]) < self.vocab_size:
+            return int(word[1:])
+        return FIRST_WORD + zlib.crc32(word.encode()) % (min(self.vocab_size, 1000) - FIRST_WORD)
+
+    def __call__(self, text: str, add_special_tokens: bool = True, return_offsets_mapping: bool = False):
+        spans = [m.span() for m in re.finditer(r"\S+", text)]
+        out = {"input_ids": [self.word_id(text[a:b]) for a, b in spans]}
+        if return_offsets_mapping:
+            out["offset_mapping"] = spans
+        return out
+
+    def convert_ids_to_tokens(self, ids):
+        if isinstance(ids, int):
+            return self.specials.get(ids, f"w{ids}")
+        return [self.convert_ids_to_tokens(int(i)) for i in ids]
+
+    def convert_tokens_to_ids(self, token: str) -> int:
+        return self.word_id(token)
+
+    def decode(self, ids, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None) -> str:
+        ids = [int(i) for i in ids]
+        if skip_special_tokens:
+            ids = [i for i in ids if i not in self.specials]
+        return " ".join(self.convert_ids_to_tokens(ids))
+
+
+# ---------------------------------------------------------------------------- scripted logits
+
+def scripted_logits(conf, pred, vocab: int = VOCAB, mask_id: int = MASK_ID, margin=None) -> torch.Tensor:
+    """(n, vocab) float32 logits whose softmax max is exactly ``conf`` at token ``pred``.
+
+    Without ``margin``: target logit log(c), every other token log((1 - c) / (V - 2)), the mask token -inf
+    (the loop bans it anyway, so banning it here keeps the confidence exact). With ``margin`` (nan entries
+    mean "don't care"): a runner-up token sits exactly ``margin`` below the target and the rest of the
+    mass is spread over the other tokens, so both conf and margin are as scripted.
+    """
+    conf = torch.as_tensor(conf, dtype=torch.float64)
+    pred = torch.as_tensor(pred, dtype=torch.long)
+    n = conf.numel()
+    if ((conf <= 0) | (conf >= 1)).any():
+        raise ValueError(f"scripted conf must lie in (0, 1): {conf.tolist()}")
+    if (conf <= (1 - conf) / (vocab - 2)).any():
+        raise ValueError("scripted conf too low for the prediction to be the argmax")
+    if (pred == mask_id).any():
+        raise ValueError("a scripted prediction may not be the mask token")
+    rows = torch.arange(n)
+    logits = ((1 - conf) / (vocab - 2)).log()[:, None].expand(n, vocab).clone()
+    logits[rows, pred] = conf.log()
+    if margin is not None:
+        margin = torch.as_tensor(margin, dtype=torch.float64)
+        runner = (pred + 1) % vocab
+        runner = torch.where(runner == mask_id, (runner + 1) % vocab, runner)
+        for i in torch.nonzero(~margin.isnan()).flatten().tolist():
+            c, m = float(conf[i]), float(margin[i])
+            second = c * math.exp(-m)
+            rest = (1 - c - second) / (vocab - 3)
+            if not (0 < rest < second):
+                raise ValueError(f"position {i}: conf {c} and margin {m} cannot both hold with {vocab} tokens")
+            logits[i] = math.log(rest)
+            logits[i, pred[i]] = math.log(c)
+            logits[i, runner[i]] = math.log(second)
+    logits[:, mask_id] = -math.inf
+    return logits.float()
+
+
+@dataclass
+class Row:
+    """One scripted step: confidence per response position, optional predictions and logit margins."""
+    conf: Sequence[float]
+    pred: Sequence[int] | None = None
+    margin: Sequence[float] | None = None
+
+
+def profile(n: int, base: float = 0.1, at: dict[int, float] | None = None,
+            span: dict[tuple[int, int], float] | None = None) -> list[float]:
+    """A confidence row: ``base`` everywhere, ``at[pos]`` at single positions, ``span[(a, b)]`` on inclusive runs."""
+    row = [base] * n
+    for (a, b), c in (span or {}).items():
+        row[a:b + 1] = [c] * (b - a + 1)
+    for pos, c in (at or {}).items():
+        row[pos] = c
+    return row
+
+
+Script = Callable[[int, torch.Tensor], "Row | Sequence[float]"]
+
+
+class ScriptedLM(nn.Module):
+    """``model(input_ids=...)`` whose response logits follow a script.
+
+    ``script`` is a list of rows (one per forward pass) or ``script(step, response_ids) -> row``; a row is a
+    confidence list, a tuple ``(conf, pred)`` or ``(conf, pred, margin)``, or a ``Row``. After a list runs
+    out, ``then`` (same signature) takes over; without it an extra forward pass is an error. Every call's
+    input ids are kept in ``calls``.
+    """
+
+    def __init__(self, script, gen_length: int, vocab: int = VOCAB, mask_id: int = MASK_ID, then: Script | None = None):
+        super().__init__()
+        self.script, self.n, self.vocab, self.mask_id, self.then = script, gen_length, vocab, mask_id, then
+        self.calls: list[torch.Tensor] = []
+
+    def row(self, step: int, response: torch.Tensor) -> Row:
+        if callable(self.script):
+            row = self.script(step, response)
+        elif step < len(self.script):
+            row = self.script[step]
+        elif self.then is not None:
+            row = self.then(step, response)
+        else:
+            raise AssertionError(f"the script has {len(self.script)} steps but forward pass {step + 1} was asked for")
+        if isinstance(row, Row):
+            return row
+        return Row(*row) if isinstance(row, tuple) else Row(conf=row)        # (conf, pred[, margin]) or conf
+
+    def forward(self, input_ids: torch.Tensor, **kwargs):
+        step = len(self.calls)
+        self.calls.append(input_ids.clone())
+        b, length = input_ids.shape
+        row = self.row(step, input_ids[0, -self.n:])
+        pred = row.pred if row.pred is not None else [token_at(i) for i in range(self.n)]
+        logits = torch.zeros(b, length, self.vocab)
+        logits[:, -self.n:] = scripted_logits(row.conf, pred, self.vocab, self.mask_id, row.margin)
+        return SimpleNamespace(logits=logits)
+
+
+def scripted(script, gen_length: int, *, then: Script | None = None, max_length: int = 512, kind: str = "masked-lm"):
+    """A ``MaskPredictor`` over a ``ScriptedLM``; the module (with its ``calls``) is ``predictor.model``."""
+    module = ScriptedLM(script, gen_length, then=then)
+    return dico.from_module(module, FakeTokenizer(), kind=kind, mask_id=MASK_ID, max_length=max_length, name="scripted")
+
+
+def settle(conf: float = 0.99) -> Script:
+    """A ``then`` for scripts: every position at ``conf`` from now on, so any rule finishes quickly."""
+    return lambda step, response: [conf] * response.numel()
+
+
+# ---------------------------------------------------------------------------- random logits
+
+class RandomLM(nn.Module):
+    """Seeded random logits, a deterministic function of the input ids (as a real model is).
+
+    ``scale`` sets how peaked the predictions are; they sharpen as more of the sequence is decoded
+    (``sharpen`` times at the end), and a ``peaks`` fraction of positions get a clear favourite, so
+    confidence profiles range from flat to nearly certain. The mask token gets logits like any other:
+    the loop must never commit it.
+    """
+
+    def __init__(self, seed: int = 0, scale: float = 2.0, sharpen: float = 2.0, peaks: float = 0.2,
+                 vocab: int = VOCAB, mask_id: int = MASK_ID):
+        super().__init__()
+        self.seed, self.scale, self.sharpen, self.peaks = seed, scale, sharpen, peaks
+        self.vocab, self.mask_id = vocab, mask_id
+        self.calls: list[torch.Tensor] = []
+
+    def forward(self, input_ids: torch.Tensor, **kwargs):
+        self.calls.append(input_ids.clone())
+        key = zlib.crc32(input_ids.numpy().tobytes()) ^ (self.seed * 2654435761 % 2**32)
+        g = torch.Generator().manual_seed(key)
+        b, length = input_ids.shape
+        decoded = (input_ids != self.mask_id).float().mean()
+        logits = torch.randn(b, length, self.vocab, generator=g) * self.scale * (1 + self.sharpen * decoded)
+        peaked = torch.rand(b, length, generator=g) < self.peaks
+        favourite = torch.randint(0, self.vocab, (b, length), generator=g)
+        logits.scatter_add_(2, favourite[..., None], peaked[..., None].float() * 8.0)
+        return SimpleNamespace(logits=logits)
+
+
+def random_predictor(seed: int = 0, max_length: int = 512, **kw):
+    return dico.from_module(RandomLM(seed, **kw), FakeTokenizer(), kind="masked-lm", mask_id=MASK_ID,
+                            max_length=max_length, name="random")
+
+
+# ---------------------------------------------------------------------------- LLaDA- and Dream-style
+
+class MarkerLM(nn.Module):
+    """LLaDA/Dream call signature with a real-size vocabulary; raw ``logits[:, i]`` peak on ``marker + i``.
+
+    Small random noise on top (seeded), the peak growing with i so confidences differ by position.
+    With ``mask_bias`` the raw favourite everywhere is the mask token, which a decoder must never commit.
+    Only for sequences of at most 16 positions (~10 MB of logits per call).
+    """
+
+    def __init__(self, vocab: int, mask_id: int, marker: int = 1000, mask_bias: bool = False, seed: int = 0):
+        super().__init__()
+        self.vocab, self.mask_id, self.marker, self.mask_bias, self.seed = vocab, mask_id, marker, mask_bias, seed
+        self.calls = 0
+
+    def forward(self, input_ids: torch.Tensor, **kwargs):
+        self.calls += 1
+        b, length = input_ids.shape
+        if length > 16:
+            raise AssertionError("MarkerLM serves at most 16 positions")
+        g = torch.Generator().manual_seed(self.seed)
+        logits = torch.randn(b, length, self.vocab, generator=g) * 0.1                 # b, l, v
+        i = torch.arange(length)
+        logits[:, i, self.marker + i] = 6.0 + 0.5 * i.float()
+        if self.mask_bias:
+            logits[:, :, self.mask_id] = 50.0
+        return SimpleNamespace(logits=logits)
+
+
+def llada_standin(**kw):
+    module = MarkerLM(LLADA_VOCAB, LLADA_MASK_ID, **kw)
+    tok = FakeTokenizer(LLADA_VOCAB, LLADA_MASK_ID, eos_id=126081)
+    return dico.from_module(module, tok, kind="llada", mask_id=LLADA_MASK_ID, max_length=16, name="llada-standin")
+
+
+def dream_standin(**kw):
+    module = MarkerLM(DREAM_VOCAB, DREAM_MASK_ID, **kw)
+    tok = FakeTokenizer(DREAM_VOCAB, DREAM_MASK_ID, eos_id=151643)
+    return dico.from_module(module, tok, kind="dream", mask_id=DREAM_MASK_ID, max_length=16, name="dream-standin")
+
+
+# ---------------------------------------------------------------------------- a real tiny masked LM
+
+TINY_TEXTS = ["Tom has 5 apples . He buys 3 more . How many apples does Tom have now ?",
+              "The answer is 8 .", "Sort the words : cat dog bird"]
+
+
+def tiny_model_folder(path: Path, max_positions: int = 64, seed: int = 0) -> Path:
+    """Save a 2-layer ``BertForMaskedLM`` (hidden 32) with a ``build_tokenizer`` tokenizer under ``path``."""
+    from dico.train import build_model, build_tokenizer
+
+    torch.manual_seed(seed)
+    tokenizer = build_tokenizer(TINY_TEXTS, max_number=20)
+    model = build_model(len(tokenizer), hidden=32, layers=2, heads=2, max_positions=max_positions)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return path

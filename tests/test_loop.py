@@ -1,0 +1,267 @@
+"""The denoising loop's invariants, for every method and mode, over seeded random logits (hypothesis).
+
+Spec, "Common ground" and "What every step must record": one step = one forward pass; every step commits
+at least one still-masked token of its window; a committed token never changes; the run ends with no mask;
+Vanilla takes exactly gen_length steps; a step's confidence is null exactly where the position was decoded
+before it; the trace round-trips through JSON. Plus the loop's own contract: cancellation, streaming,
+request validation.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+torch.set_num_threads(1)
+
+import dico  # noqa: E402
+from dico import Cancelled, Trace, generate  # noqa: E402
+from dico.loop import check_request  # noqa: E402
+from standins import MASK_ID, random_predictor, scripted  # noqa: E402
+
+PROMPT = "Tom has 5 apples"
+PHASES = {"vanilla": {"vanilla"}, "fast": {"fast"}, "fast-factor": {"fast"}, "dico": {"divide", "conquer", "finalize"}}
+SETTINGS = {
+    "vanilla": [{}],
+    "fast": [{}, {"threshold": 0.7}],
+    "fast-factor": [{}, {"factor": 2.0}],
+    "dico": [{}, {"guidance": False}, {"logit_margin": False}, {"guidance": False, "logit_margin": False},
+             {"guidance_origin": "window-start"}, {"conquer": "threshold"}, {"seeds": 2, "gap": 0, "t_max": 2},
+             {"tau1": 0.1, "tau2": 0.3, "r_gate": 0.5}],
+}
+VARIANTS = [(method, rule_settings) for method in dico.METHODS for rule_settings in SETTINGS[method]]
+VARIANT_IDS = [method + "".join(f"-{k}={v}" for k, v in s.items()) for method, s in VARIANTS]
+
+
+def examples(n: int):
+    return settings(max_examples=n, deadline=None, database=None)
+
+
+@st.composite
+def requests(draw, method: str, rule_settings: dict | None = None, mode: str | None = None) -> dict:
+    """A request for ``method``: hypothesis draws the mode, lengths and the random model's seed and sharpness."""
+    gen_length = draw(st.integers(1, 40))
+    mode = mode or draw(st.sampled_from(["non-ar", "semi-ar"]))
+    block_length = None
+    if mode == "semi-ar":
+        block_length = draw(st.sampled_from([d for d in range(1, gen_length + 1) if gen_length % d == 0]))
+    return dict(method=method, mode=mode, gen_length=gen_length, block_length=block_length,
+                settings=rule_settings or {},
+                model=dict(seed=draw(st.integers(0, 2 ** 16)), scale=draw(st.sampled_from([0.3, 1.0, 3.0, 8.0])),
+                           peaks=draw(st.sampled_from([0.0, 0.2, 0.8]))))
+
+
+def decode(req: dict, predictor=None, **kw):
+    predictor = predictor or random_predictor(**req["model"])
+    trace = generate(predictor, PROMPT, req["method"], mode=req["mode"], gen_length=req["gen_length"],
+                     block_length=req["block_length"], **req["settings"], **kw)
+    return trace, predictor.model.calls
+
+
+def without_timing(trace: Trace) -> dict:
+    data = trace.to_dict()
+    for key in ("wall_s", "tokens_per_s"):
+        data.pop(key)
+    for step in data["steps"]:
+        step.pop("forward_s"), step.pop("select_s")
+    return data
+
+
+# ============================================================================ invariants of every run
+
+@pytest.mark.parametrize("method, rule_settings", VARIANTS, ids=VARIANT_IDS)
+@examples(10)
+@given(data=st.data())
+def test_every_step_commits_masked_window_positions_once_and_for_all(method, rule_settings, data):
+    req = data.draw(requests(method, rule_settings))
+    trace, calls = decode(req)
+    n, m = req["gen_length"], trace.prompt_length
+
+    # one step = one forward pass, and nfe counts them
+    assert trace.nfe == len(trace.steps) == len(calls)
+    assert trace.nfe == n if method == "vanilla" else 1 <= trace.nfe <= n
+    masked = set(range(n))
+    tokens: dict[int, int] = {}
+    for k, step in enumerate(trace.steps):
+        assert step.index == k and step.phase in PHASES[method]
+        # the model saw every earlier commit unchanged and a mask everywhere else
+        seen = calls[k][0, m:].tolist()
+        assert all(seen[p] == t for p, t in tokens.items())
+        assert all(seen[p] == MASK_ID for p in masked)
+        # conf and pred are null exactly at positions decoded before this step
+        assert [c is None for c in step.confidence] == [p not in masked for p in range(n)]
+        assert [t is None for t in step.prediction] == [p not in masked for p in range(n)]
+        # at least one commit, each a still-masked position of the window, committed as its prediction
+        assert step.committed and len(set(step.committed)) == len(step.committed)
+        assert set(step.committed) <= masked
+        assert all(step.window[0] <= p < step.window[1] for p in step.committed)
+        assert step.tokens == [step.prediction[p] for p in step.committed]
+        assert MASK_ID not in step.tokens
+        tokens.update(zip(step.committed, step.tokens))
+        masked -= set(step.committed)
+        assert step.unmasked_fraction == pytest.approx(1 - len(masked) / n, abs=1e-5)
+
+    # the run ends with no mask, and the response is what the steps committed
+    assert not masked
+    assert trace.response == [tokens[p] for p in range(n)]
+    assert not trace.stopped
+
+
+@pytest.mark.parametrize("method", dico.METHODS)
+@examples(8)
+@given(data=st.data())
+def test_semi_ar_decodes_blocks_left_to_right_each_finished_before_the_next_opens(method, data):
+    req = data.draw(requests(method, mode="semi-ar"))
+    trace, _ = decode(req)
+    width = req["block_length"]
+    blocks = [[start, start + width] for start in range(0, req["gen_length"], width)]
+    windows = [step.window for step in trace.steps]
+    assert [w for i, w in enumerate(windows) if i == 0 or w != windows[i - 1]] == blocks
+    assert trace.block_length == width
+
+
+@pytest.mark.parametrize("rule_settings", SETTINGS["dico"], ids=VARIANT_IDS[-len(SETTINGS["dico"]):])
+@examples(8)
+@given(data=st.data())
+def test_dico_divide_steps_commit_their_seeds_and_clusters_lie_in_the_window(rule_settings, data):
+    req = data.draw(requests("dico", rule_settings))
+    trace, _ = decode(req)
+    n_seeds = trace.settings["seeds"]
+    assert n_seeds == rule_settings.get("seeds", 4 if req["mode"] == "semi-ar" else 8)
+    for step in trace.steps:
+        if step.phase == "divide":
+            assert sorted(step.seeds) == step.committed and 1 <= len(step.seeds) <= n_seeds
+        else:
+            assert step.seeds == []
+        start, end = step.window
+        assert all(start <= a <= b < end for a, b in step.clusters)
+        assert all(prev[1] < nxt[0] for prev, nxt in zip(step.clusters, step.clusters[1:]))
+
+
+@pytest.mark.parametrize("method", dico.METHODS)
+@examples(6)
+@given(data=st.data())
+def test_the_trace_round_trips_through_json_losslessly(method, data):
+    trace, _ = decode(data.draw(requests(method)))
+    assert Trace.from_json(trace.to_json()) == trace
+    assert Trace.from_json(trace.to_json(indent=1)) == trace
+
+
+@pytest.mark.parametrize("method", dico.METHODS)
+@examples(4)
+@given(data=st.data())
+def test_a_run_is_deterministic_for_a_seed(method, data):
+    req = data.draw(requests(method))
+    assert without_timing(decode(req)[0]) == without_timing(decode(req)[0])
+
+
+# ============================================================================ streaming and cancelling
+
+@pytest.mark.parametrize("method", dico.METHODS)
+@examples(6)
+@given(data=st.data(), after=st.integers(0, 12))
+def test_should_stop_cancels_with_a_partial_trace(method, data, after):
+    req = data.draw(requests(method))
+    polls = []
+
+    def should_stop():
+        polls.append(1)
+        return len(polls) > after
+
+    predictor = random_predictor(**req["model"])
+    try:
+        trace, calls = decode(req, predictor, should_stop=should_stop)
+    except Cancelled as stop:
+        partial = stop.trace
+        assert partial.stopped and len(partial.steps) == partial.nfe == len(predictor.model.calls) == after
+        assert Trace.from_json(partial.to_json()) == partial
+        assert len(partial.response) == req["gen_length"]
+        full, _ = decode(req)                                        # the same run, not stopped
+        assert without_timing(partial)["steps"] == without_timing(full)["steps"][:after]
+    else:
+        assert len(trace.steps) <= after and not trace.stopped      # finished before the stop was asked for
+
+
+@pytest.mark.parametrize("method", dico.METHODS)
+def test_on_step_is_called_once_per_step_with_that_step(method):
+    seen = []
+    trace = generate(random_predictor(3), PROMPT, method, gen_length=24,
+                     on_step=lambda t, step: seen.append((len(t.steps), step)))
+    assert [step for _, step in seen] == trace.steps
+    assert [count for count, _ in seen] == list(range(1, trace.nfe + 1))     # called after the step is recorded
+
+
+def test_capture_attention_needs_a_model_that_returns_attention():
+    predictor = random_predictor(0)
+    with pytest.raises(ValueError, match="^capture_attention:"):
+        generate(predictor, PROMPT, "vanilla", gen_length=8, capture_attention=True)
+    assert predictor.model.calls == []
+
+
+# ============================================================================ request validation
+
+@pytest.mark.parametrize("change, field", [
+    (dict(prompt=""), "prompt"),
+    (dict(prompt="   \n"), "prompt"),
+    (dict(prompt="x" * 4001), "prompt"),
+    (dict(gen_length=0), "gen_length"),
+    (dict(gen_length=-4), "gen_length"),
+    (dict(gen_length=8.0), "gen_length"),
+    (dict(mode="semi-ar", gen_length=10, block_length=4), "block_length"),
+    (dict(mode="semi-ar", gen_length=8, block_length=None), "block_length"),
+    (dict(mode="semi-ar", gen_length=8, block_length=16), "block_length"),
+    (dict(mode="sideways"), "mode"),
+    (dict(method="greedy"), "method"),
+])
+def test_check_request_errors_name_the_field(change, field):
+    predictor = random_predictor(0)
+    request = dict(prompt=PROMPT, method="dico", mode="non-ar", gen_length=8, block_length=None) | change
+    with pytest.raises(ValueError, match=rf"^{field}:"):
+        check_request(predictor, **request)
+    with pytest.raises(ValueError, match=rf"^{field}:"):
+        generate(predictor, request.pop("prompt"), request.pop("method"), **request)
+    assert predictor.model.calls == []                # refused before any forward pass
+
+
+def test_a_prompt_too_long_for_the_model_with_the_answer_is_refused():
+    predictor = random_predictor(0, max_length=32)   # the prompt is 4 tokens
+    generate(predictor, PROMPT, "vanilla", gen_length=28)
+    with pytest.raises(ValueError, match=r"^gen_length: prompt \(4 tokens\) \+ gen_length \(29\).*at most 28"):
+        generate(predictor, PROMPT, "vanilla", gen_length=29)
+    with pytest.raises(ValueError, match=r"^prompt: is 32 tokens; the model's 32 positions"):
+        generate(predictor, " ".join(["w12"] * 32), "vanilla", gen_length=1)      # no room left for an answer
+    with pytest.raises(ValueError, match=r"^gen_length: prompt \(31 tokens\) \+ gen_length \(2\).*at most 1"):
+        generate(predictor, " ".join(["w12"] * 31), "vanilla", gen_length=2)
+
+
+def test_a_semi_ar_block_length_is_ignored_in_non_ar_mode():
+    trace = generate(random_predictor(0), PROMPT, "fast", gen_length=8, block_length=3)
+    assert trace.block_length is None and all(step.window == [0, 8] for step in trace.steps)
+
+
+# ============================================================================ trace size
+
+def test_a_256_token_vanilla_trace_is_under_5_mb_as_json():
+    trace = generate(random_predictor(1), PROMPT, "vanilla", gen_length=256)
+    assert trace.nfe == 256
+    text = trace.to_json()
+    assert len(text.encode()) < 5 * 1024 * 1024
+    assert json.loads(text)["schema"] == dico.SCHEMA and Trace.from_json(text) == trace
+
+
+def test_the_trace_records_the_run():
+    trace = generate(scripted(lambda step, ids: [0.99] * 6, 6), "w20 w21", "fast", gen_length=6)
+    assert (trace.model, trace.method, trace.mode, trace.prompt, trace.prompt_length) == ("scripted", "fast", "non-ar",
+                                                                                         "w20 w21", 2)
+    assert trace.settings == {"threshold": 0.95} and trace.nfe == 1
+    assert trace.text == "w10 w11 w12 w13 w14 w15" and trace.vocab["10"] == "w10"
+    assert trace.wall_s > 0 and trace.tokens_per_s > 0
+    step = trace.steps[0]
+    assert step.forward_s >= 0 and step.select_s >= 0 and step.unmasked_fraction == 1.0

@@ -1,0 +1,217 @@
+"""Mask predictors (spec, "Model quirks"): loading, refusing what cannot or should not be loaded, and the
+alignment of logits to positions (LLaDA in place, Dream shifted by one, a plain masked LM in place).
+
+Everything here runs offline: a tiny BertForMaskedLM saved to a temporary folder stands in for a hub model,
+LLaDA- and Dream-sized stand-ins (tests/standins.py) for the remote-code models.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+import dico  # noqa: E402
+from dico.models import (DREAM_MASK_ID, KNOWN_REMOTE, LLADA_MASK_ID, ModelError, default_device_dtype,  # noqa: E402
+                         from_module, load_model)
+from standins import (DREAM_VOCAB, LLADA_VOCAB, FakeTokenizer, MarkerLM, Row, dream_standin,  # noqa: E402
+                      llada_standin, scripted, tiny_model_folder)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return tiny_model_folder(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="module")
+def predictor(tiny):
+    return load_model(tiny)
+
+
+# ============================================================================ what load_model refuses
+
+def test_a_missing_folder_is_refused(tmp_path):
+    with pytest.raises(ModelError, match=r"^model: .*missing.* is neither an existing folder nor a hub id"):
+        load_model(tmp_path / "missing")
+    with pytest.raises(ModelError, match="^model:"):
+        load_model("no-such-model")
+
+
+def test_a_folder_without_config_json_is_refused(tmp_path):
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(ModelError, match=r"^model: .* has no config\.json"):
+        load_model(tmp_path)
+
+
+def test_a_config_json_that_is_not_json_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelError, match=r"^model: .*config\.json is not valid JSON"):
+        load_model(tmp_path)
+
+
+@pytest.mark.parametrize("model_type", ["llada", "bert"])
+def test_a_model_with_its_own_code_outside_the_allow_list_is_refused_without_trust_remote_code(tmp_path, model_type):
+    # the folder's code would leave a canary file if it ever ran
+    canary = tmp_path / "ran.txt"
+    (tmp_path / "modeling_custom.py").write_text(f"open({str(canary)!r}, 'w').write('ran')\n")
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": model_type, "architectures": ["CustomModel"],
+        "auto_map": {"AutoConfig": "modeling_custom.CustomConfig", "AutoModel": "modeling_custom.CustomModel",
+                     "AutoModelForMaskedLM": "modeling_custom.CustomModel"}}))
+    with pytest.raises(ModelError, match=r"^model: .*ships its own code; pass trust_remote_code=True"):
+        load_model(tmp_path)
+    assert not canary.exists()
+
+
+def test_the_allow_list_names_the_llada_and_dream_releases():
+    assert KNOWN_REMOTE["GSAI-ML/LLaDA-8B-Instruct"] == "llada"
+    assert KNOWN_REMOTE["Dream-org/Dream-v0-Instruct-7B"] == "dream"
+
+
+def test_an_unknown_dtype_is_refused(tiny):
+    with pytest.raises(ModelError, match="^dtype: unknown dtype 'float8'"):
+        load_model(tiny, dtype="float8")
+
+
+def test_model_errors_are_value_errors_so_callers_report_them_as_bad_input():
+    assert issubclass(ModelError, ValueError)
+
+
+def test_from_module_refuses_an_unknown_kind():
+    with pytest.raises(ModelError, match="^kind:"):
+        from_module(MarkerLM(64, 4), FakeTokenizer(), kind="gpt", mask_id=4, max_length=16)
+
+
+# ============================================================================ a plain masked LM
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the defaults differ on a GPU machine")
+def test_defaults_are_cpu_and_float32_without_a_gpu(predictor):
+    assert default_device_dtype() == (torch.device("cpu"), torch.float32)
+    assert predictor.device.type == "cpu"
+    assert next(predictor.model.parameters()).dtype == torch.float32
+
+
+def test_a_tiny_bert_loads_offline_as_a_masked_lm(predictor, tiny):
+    assert predictor.kind == "masked-lm" and predictor.name == str(tiny)
+    assert predictor.mask_id == predictor.tokenizer.mask_token_id
+    assert predictor.max_length == 64 and predictor.supports_attention
+
+
+def test_forward_returns_float32_logits_per_position_and_attention_when_asked(predictor):
+    ids = torch.tensor([predictor.encode_prompt("Tom has 5 apples") + [predictor.mask_id] * 4])   # 1, l
+    vocab = len(predictor.tokenizer)
+    logits, attn = predictor.forward(ids)
+    assert logits.shape == (1, ids.shape[1], vocab) and logits.dtype == torch.float32 and attn is None
+    logits2, attn = predictor.forward(ids, attentions=True)
+    assert torch.allclose(logits, logits2, atol=1e-5)
+    assert len(attn) == 2 and attn[0].shape == (1, 2, ids.shape[1], ids.shape[1])
+    assert torch.allclose(attn[0].sum(-1), torch.ones(1, 2, ids.shape[1]), atol=1e-4)
+
+
+def test_a_bfloat16_model_still_gives_float32_logits(tiny):
+    p = load_model(tiny, dtype="bfloat16")
+    assert next(p.model.parameters()).dtype == torch.bfloat16
+    logits, _ = p.forward(torch.tensor([p.encode_prompt("Tom has 5 apples")]))
+    assert logits.dtype == torch.float32
+
+
+def test_attention_false_loads_without_attention_maps(tiny):
+    assert not load_model(tiny, attention=False).supports_attention
+
+
+def test_prompts_are_encoded_with_the_tokenizers_special_tokens(predictor):
+    tok = predictor.tokenizer
+    ids = predictor.encode_prompt("Tom has 5 apples")
+    assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id and len(ids) == 6
+
+
+def test_unknown_words_flags_words_outside_the_vocabulary(predictor):
+    assert predictor.unknown_words("Tom has 5 zebras . He buys 3 yaks") == ["zebras", "yaks"]
+    assert predictor.unknown_words("Tom has 5 apples") == []
+
+
+def test_decode_stops_at_end_of_text_and_drops_special_tokens(predictor):
+    tok = predictor.tokenizer
+    words = tok("Tom has 5 apples", add_special_tokens=False)["input_ids"]
+    assert predictor.decode(words[:2] + [tok.eos_token_id] + words[2:]) == "Tom has"
+    assert predictor.decode([tok.cls_token_id] + words) == "Tom has 5 apples"
+
+
+def test_generate_runs_on_the_tiny_model_and_captures_attention(predictor):
+    trace = dico.generate(predictor, "Tom has 5 apples", "dico", gen_length=12, capture_attention=True)
+    assert trace.nfe == len(trace.steps) and len(trace.response) == 12
+    assert trace.attention is not None and trace.attention.stages == ["early", "middle", "late"]
+    assert len(trace.attention.matrix) == 3 and sum(len(s) for s in trace.attention.steps) == trace.nfe
+    assert dico.Trace.from_json(trace.to_json()) == trace
+
+
+# ============================================================================ LLaDA and Dream alignment
+
+def test_llada_logits_are_used_in_place():
+    p = llada_standin()
+    ids = torch.full((1, 10), 7)
+    raw = p.model(input_ids=ids).logits
+    aligned, _ = p.forward(ids)
+    assert aligned.shape == (1, 10, LLADA_VOCAB) and aligned.dtype == torch.float32
+    assert torch.equal(aligned, raw)
+    assert aligned[0].argmax(-1).tolist() == [1000 + i for i in range(10)]
+    assert p.mask_id == LLADA_MASK_ID == 126336
+
+
+def test_dream_logits_are_shifted_so_position_i_reads_raw_logits_i_minus_1_and_position_0_its_own():
+    p = dream_standin()
+    ids = torch.full((1, 10), 7)
+    raw = p.model(input_ids=ids).logits
+    aligned, _ = p.forward(ids)
+    assert aligned.shape == (1, 10, DREAM_VOCAB) and aligned.dtype == torch.float32
+    assert torch.equal(aligned[:, 0], raw[:, 0]) and torch.equal(aligned[:, 1:], raw[:, :-1])
+    assert aligned[0].argmax(-1).tolist() == [1000] + [1000 + i - 1 for i in range(1, 10)]
+    assert p.mask_id == DREAM_MASK_ID == 151666
+
+
+@pytest.mark.parametrize("make, shift", [(llada_standin, 0), (dream_standin, 1)])
+def test_the_loop_decodes_with_aligned_logits(make, shift):
+    p = make()
+    trace = dico.generate(p, "w20 w21 w22", "vanilla", gen_length=5)       # prompt: 3 positions
+    first = trace.steps[0]
+    assert first.prediction == [1000 + 3 + j - shift for j in range(5)]
+    assert trace.response == first.prediction
+    assert p.model.calls == 5
+
+
+@pytest.mark.parametrize("make", [llada_standin, dream_standin])
+def test_the_mask_token_is_never_predicted_even_when_the_model_favours_it(make):
+    p = make(mask_bias=True)
+    trace = dico.generate(p, "w20 w21 w22", "fast", gen_length=4)
+    assert p.mask_id not in trace.response
+    assert all(p.mask_id not in [t for t in s.prediction if t is not None] for s in trace.steps)
+
+
+# ============================================================================ the tests' own stand-ins
+
+def test_the_scripted_predictor_gives_the_loop_exactly_the_scripted_conf_pred_and_margin():
+    from dico.loop import score
+
+    nan = float("nan")
+    row = Row(conf=[0.3, 0.7, 0.99, 0.5], pred=[11, 12, 13, 14], margin=[nan, 1.0, 5.0, 3.0])
+    p = scripted([row, ([0.2, 0.4, 0.6, 0.8], [20, 21, 22, 23])], 4)
+    ids = torch.tensor([p.encode_prompt("w20 w21") + [p.mask_id] * 4])
+    for want_conf, want_pred, want_margin in (([0.3, 0.7, 0.99, 0.5], [11, 12, 13, 14], [1.0, 5.0, 3.0]),
+                                              ([0.2, 0.4, 0.6, 0.8], [20, 21, 22, 23], None)):
+        logits, _ = p.forward(ids)
+        conf, pred, margin = score(logits[0, 2:])
+        assert conf.tolist() == pytest.approx(want_conf, abs=1e-6) and pred.tolist() == want_pred
+        if want_margin:
+            assert margin[1:].tolist() == pytest.approx(want_margin, abs=1e-5)
+    with pytest.raises(AssertionError, match="the script has 2 steps"):
+        p.forward(ids)

@@ -1,0 +1,64 @@
+"""The task families: seeded, held out, and checked exactly."""
+import random
+
+import pytest
+
+from dico import tasks
+
+
+@pytest.mark.parametrize("family", tasks.FAMILIES)
+def test_held_out_split_is_fixed_distinct_and_large_enough(family):
+    split = tasks.make_split(family)
+    assert len(split) == tasks.TEST_SIZE >= 500
+    assert len({item.prompt for item in split}) == len(split)
+    assert [i.prompt for i in tasks.make_split(family, size=20)] == [i.prompt for i in split[:20]]
+
+
+def test_training_stream_never_yields_a_held_out_prompt():
+    held_out = {item.prompt for family in tasks.FAMILIES for item in tasks.make_split(family)}
+    stream = tasks.train_stream(seed=3)
+    assert not any(next(stream).prompt in held_out for _ in range(3000))
+
+
+@pytest.mark.parametrize("family", tasks.FAMILIES)
+def test_every_worked_answer_passes_its_own_checker(family):
+    rng = random.Random(7)
+    for _ in range(500):
+        item = tasks.make_item(family, rng)
+        assert tasks.check(item, item.answer), item
+
+
+@pytest.mark.parametrize("family", tasks.FAMILIES)
+def test_wording_varies(family):
+    rng = random.Random(11)
+    openings = {tasks.make_item(family, rng).answer.split(" ")[0] for _ in range(300)}
+    closings = {tasks.make_item(family, rng).answer.rsplit(" ", 3)[0][-12:] for _ in range(300)}
+    assert len(openings) >= 4 and len(closings) >= 3
+
+
+def test_word_problem_checker_rejects_near_misses():
+    item = tasks.Item("word", "Tom has 5 apples. He buys 9 more. How many apples does Tom have now?",
+                      "Tom starts with 5 apples. 5 + 9 = 14 apples. The answer is 14.", "14")
+    assert tasks.check(item, "5 + 9 = 14. So the answer is 14.")
+    assert tasks.check(item, "Final answer: 14.")
+    assert not tasks.check(item, "The answer is 140.")
+    assert not tasks.check(item, "The answer is 4.")
+    assert not tasks.check(item, "The answer is 13.")
+    assert not tasks.check(item, "5 + 9 = 14.")                       # no answer line
+    assert not tasks.check(item, "The answer is 14. Final answer: 15.")  # the last answer line counts
+    assert not tasks.check(item, "")
+
+
+def test_list_checker_needs_every_item_in_order():
+    item = tasks.Item("list", "Take the numbers 4, 9, 2. Add 3 to each number.",
+                      "4 + 3 = 7. 9 + 3 = 12. 2 + 3 = 5. The answer is 7, 12, 5.", "7, 12, 5")
+    assert tasks.check(item, "So the new list is 7, 12, 5.")
+    assert not tasks.check(item, "The answer is 7, 5, 12.")          # order matters
+    assert not tasks.check(item, "The answer is 7, 12.")             # an item missing
+    assert not tasks.check(item, "The answer is 7, 12, 5, 5.")       # an item too many
+    assert not tasks.check(item, "The answer is 7, 12, 6.")
+
+
+def test_unknown_family_is_named():
+    with pytest.raises(ValueError, match="family"):
+        tasks.make_item("poetry", random.Random(0))
