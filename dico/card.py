@@ -50,6 +50,20 @@ def teacher_forced(predictor, items, gen_length=GEN_LENGTH) -> float:
     return right / len(items)
 
 
+def number_accuracy(predictor, items, gen_length=GEN_LENGTH) -> float:
+    """Share of numbers in the worked answers predicted right when each alone is masked (copy and arithmetic)."""
+    right = total = 0
+    for item in items:
+        prompt, answer, response = _layout(predictor, item, gen_length)
+        numbers = [i for i, t in enumerate(predictor.tokenizer.convert_ids_to_tokens(answer)) if re.fullmatch(r"\d+", t)]
+        batch = torch.tensor([prompt + response] * len(numbers))
+        batch[range(len(numbers)), [len(prompt) + i for i in numbers]] = predictor.mask_id
+        pred = predictor.forward(batch)[0][range(len(numbers)), [len(prompt) + i for i in numbers]].argmax(-1)
+        right += sum(int(p) == answer[i] for p, i in zip(pred, numbers))
+        total += len(numbers)
+    return right / max(total, 1)
+
+
 def first_step_profile(predictor, items, gen_length=GEN_LENGTH) -> dict:
     """Mean confidence and share > 0.95 per response region when everything is still masked."""
     regions = {"first 8": [], "content": [], "boundary (10 after end)": [], "far tail": []}
@@ -95,6 +109,7 @@ def main(argv=None) -> int:
     for family in tasks.FAMILIES:
         split = tasks.make_split(family, "test", args.items)
         report[f"teacher_forced_{family}"] = round(teacher_forced(predictor, split), 4)
+        report[f"number_accuracy_{family}"] = round(number_accuracy(predictor, split[:args.profile_items]), 4)
         report[f"profile_{family}"] = first_step_profile(predictor, split[:args.profile_items])
     print(json.dumps(report, indent=1))
     if args.json:

@@ -169,7 +169,8 @@ def test_cluster_figure_draws_only_clusters_and_seeds(trace):
     fig = cluster_figure(trace)
     spans = sum(len(s.clusters) for s in trace.steps)
     if not spans:
-        assert not fig.data and "only DiCo" in fig.layout.annotations[0].text
+        expected = "formed no cluster" if trace.method == "dico" else "only DiCo"
+        assert not fig.data and expected in fig.layout.annotations[0].text
         return
     outlines = [d for d in fig.data if d.name.startswith("clusters")]
     assert sum(len(segments(d.x)) for d in outlines) == spans

@@ -89,6 +89,9 @@ def cluster_figure(trace: Trace) -> go.Figure:
     """Only DiCo's seeds and cluster spans over steps, coloured by phase: the Divide/Conquer idea without noise."""
     spans, (seed_x, seed_y) = cluster_spans(trace), seed_points(trace)
     if not len(spans) and not len(seed_x):
+        if trace.method == "dico":
+            return notice("No seed reached tau1 in this run, so Divide formed no cluster and DiCo went straight "
+                          "to Finalize (the model was unsure everywhere).", run_name(trace))
         return notice(f"{method_name(trace.method)} does not divide the response into clusters; "
                       "only DiCo has seeds and clusters.", run_name(trace))
     data = []
