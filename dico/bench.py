@@ -26,7 +26,7 @@ from dico import tasks
 # the same shape (answer well inside the window, 3 blocks in semi-AR) is 96 positions in blocks of 32.
 GEN_LENGTH = 96
 BLOCK_LENGTH = 32
-FULL_ITEMS = 60
+FULL_ITEMS = 12
 QUICK_ITEMS = 4
 
 TABLE = [("Vanilla", "vanilla", {}), ("Fast-dLLM (0.95)", "fast", {"threshold": 0.95}),

@@ -178,7 +178,9 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=needs_code)
         if kind == "masked-lm":
-            kwargs = {"attn_implementation": "eager"} if attention else {}
+            # eager for attention maps, and for relative positions (sdpa would warn and fall back anyway)
+            relative = (config or {}).get("position_embedding_type", "absolute") != "absolute"
+            kwargs = {"attn_implementation": "eager"} if attention or relative else {}
             model = AutoModelForMaskedLM.from_pretrained(name, dtype=dt, trust_remote_code=needs_code, **kwargs)
             mask_id = tokenizer.mask_token_id
             if mask_id is None:
