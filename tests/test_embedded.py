@@ -39,7 +39,7 @@ def test_answers_a_fixed_held_out_word_problem_with_vanilla(predictor):
 
 
 def test_unknown_words_are_flagged_not_fatal(predictor):
-    prompt = "Tom has 5 zebras and a quasar. How many apples does Tom have now?"
+    prompt = "Tom has 5 zebras. He finds a quasar. How many apples does Tom have now?"
     assert predictor.unknown_words(prompt) == ["zebras", "quasar"]
     trace = dico.generate(predictor, prompt, "dico", gen_length=32)
     assert trace.nfe >= 1 and "[MASK]" not in trace.text
