@@ -41,6 +41,7 @@ import visuals
 from dico.app_handlers import (BUNDLE_SCHEMA, GPU_MODELS, MAX_GEN_LENGTH, MAX_UPLOAD_BYTES, METHOD_LABELS, RunRequest,
                                bundle_json, decode_stream, dico_settings, get_predictor, gpu_available, prepare,
                                preview_segments, read_traces, step_segments)
+from dico.bench import read_results
 from dico.models import EMBEDDED_NAME
 from dico.trace import Trace
 
@@ -387,6 +388,23 @@ def choose_model(model):
     return gr.skip()
 
 
+BENCH_TABLE = ROOT / "assets" / "bench" / "table1.json"
+
+
+def benchmark_view(path: Path = BENCH_TABLE) -> tuple:
+    """The shipped benchmark (``python -m dico.bench``) as a figure and its table; a notice if it is missing."""
+    try:
+        rows, title = read_results(path)
+    except (OSError, ValueError) as exc:
+        log.warning("no benchmark to show: %s", exc)
+        return visuals.accuracy_nfe_figure([]), "No benchmark results are shipped with this copy."
+    from dico.bench import markdown
+    return visuals.accuracy_nfe_figure(rows), (
+        markdown(rows, title) + "\n\nRegenerate with `python -m dico.bench --json assets/bench/table1.json "
+        "--markdown assets/bench/table1.md` (about 8 minutes on 2 cores). The embedded model is small: its "
+        "accuracy is its own, not the paper's; see the README for what these numbers show.")
+
+
 def model_note() -> str:
     if gpu_available():
         return "A GPU is available: LLaDA and Dream load on first use (several minutes, about 16 GB download)."
@@ -588,6 +606,12 @@ with gr.Blocks(theme=THEME, css=CSS, title="DiCo Explorer", delete_cache=(1800, 
             step_text = gr.HTML(label="Step", elem_id="step-text", padding=False)
             step_view = gr.Plot(label="The response after this step", show_label=False, elem_id="step-plot")
             timer = gr.Timer(0.7, active=False)
+        with gr.Tab("Benchmark", id="bench-tab") as bench_tab:
+            bench_figure, bench_table = benchmark_view()
+            gr.Markdown("Every method on held-out prompts of both task families, measured side by side in one run "
+                        "on 2 CPU cores with the embedded model.")
+            gr.Plot(bench_figure, label="Accuracy against forward passes", show_label=False, elem_id="bench-plot")
+            gr.Markdown(bench_table, elem_id="bench-table")
         with gr.Tab("About", id="about-tab"):
             gr.Markdown(ABOUT, elem_id="about")
 
@@ -612,7 +636,7 @@ with gr.Blocks(theme=THEME, css=CSS, title="DiCo Explorer", delete_cache=(1800, 
                show_progress="hidden", concurrency_limit=4)
     model.input(choose_model, [model], [model], show_api=False)
     mode.change(show_block_length, [mode], [block_length], show_api=False, queue=False)
-    for tab in (trajectory_tab, comparison_tab, attention_tab, step_tab):
+    for tab in (trajectory_tab, comparison_tab, attention_tab, step_tab, bench_tab):
         tab.select(None, None, None, js=RESIZE_PLOTS, show_api=False, queue=False)
 
 demo.queue(max_size=32, default_concurrency_limit=2)

@@ -96,6 +96,19 @@ def run(predictor, configs, families, modes, n_items: int, gen_length: int, bloc
     return rows
 
 
+def read_results(path) -> tuple[list[dict], str]:
+    """Rows and title of a ``--json`` file written by this module, checked field by field (the app shows them)."""
+    data = json.loads(open(path, encoding="utf-8").read())
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{path}: no benchmark rows")
+    for i, row in enumerate(rows):
+        missing = [k for k in ROW_FIELDS if k not in row]
+        if missing:
+            raise ValueError(f"{path}: rows[{i}] misses {', '.join(missing)}")
+    return rows, str(data.get("title", "benchmark"))
+
+
 def speed(predictor, n_items: int, gen_length: int = 256) -> list[dict]:
     """Median forward and selection time per step for every method: the rules' own cost next to the model's."""
     import statistics

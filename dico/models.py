@@ -99,7 +99,14 @@ class MaskPredictor:
             if tid in stops:
                 ids = ids[:cut]
                 break
-        return self.tokenizer.decode([i for i in ids if i != self.mask_id], skip_special_tokens=True).strip()
+        ids = [i for i in ids if i != self.mask_id]
+        if self._spacing is None:
+            self._spacing = _spacing_style(self.tokenizer)
+        if self._spacing == "words":       # the same spacing as the per-token display ("answer: 8", not "answer : 8")
+            special = set(self.tokenizer.all_special_ids)
+            pieces = [self.token_text(i) for i in ids if i not in special]
+            return "".join(p.lstrip() if i and pieces[i - 1] == "'" else p for i, p in enumerate(pieces)).strip()
+        return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
 
 
 _PUNCTUATION = re.compile(r"[.,!?;:)\]}'%]+")

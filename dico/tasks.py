@@ -172,7 +172,7 @@ def train_stream(seed: int, families=FAMILIES):
 
 # ----------------------------------------------------------------------------- checking
 
-_ANSWER = re.compile(r"(?:answer is|answer:|new list is)\s*([0-9][0-9 ,]*)", re.IGNORECASE)
+_ANSWER = re.compile(r"(?:answer is|answer\s*:|new list is)\s*([0-9][0-9 ,]*)", re.IGNORECASE)
 
 
 def extract_answer(text: str) -> str | None:

@@ -309,3 +309,18 @@ def test_examples_fit_the_embedded_model(app_module, predictor):
         dico.loop.check_request(predictor, example["prompt"], "dico", "non-ar", 96, None)
     known = [e for e in app_module.EXAMPLES if e["family"] != "free"]
     assert all(not predictor.unknown_words(e["prompt"]) for e in known)
+
+
+def test_benchmark_tab_shows_the_shipped_table(app_module):
+    figure, table = app_module.benchmark_view()
+    rows = json.loads((Path(app_module.ROOT) / "assets" / "bench" / "table1.json").read_text())["rows"]
+    points = sum(len(trace.x) for trace in figure.data)
+    assert points == len(rows)                                   # one point per method x mode x task
+    assert "| word | DiCo |" in table and "python -m dico.bench" in table
+
+
+def test_benchmark_tab_without_results_says_so(app_module, tmp_path):
+    (tmp_path / "broken.json").write_text('{"rows": [{"method": "DiCo"}]}')
+    for path in (tmp_path / "missing.json", tmp_path / "broken.json"):
+        figure, table = app_module.benchmark_view(path)
+        assert "No benchmark" in table and not any(len(t.x or ()) for t in figure.data)

@@ -102,6 +102,13 @@ def test_run_step_download_and_replay(watched_page, artifacts, tmp_path):
     assert bundle["schema"] == "dico-bundle/1"
     assert [t["method"] for t in bundle["traces"]] == ["vanilla", "fast", "dico"]
 
+    # The shipped benchmark: accuracy against forward passes, and its table.
+    page.get_by_role("tab", name="Benchmark").click()
+    expect(plot(page, "bench-plot")).to_be_visible()
+    fills_its_box(page, "bench-plot")
+    expect(page.locator("#bench-table")).to_contain_text("Fast-dLLM")
+    page.screenshot(path=str(artifacts / "results-benchmark.png"), full_page=True)
+
     page.get_by_role("tab", name="DiCo trajectory").click()
     with page.expect_file_chooser() as chooser:
         page.click("#upload")

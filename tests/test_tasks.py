@@ -41,6 +41,7 @@ def test_word_problem_checker_rejects_near_misses():
                       "Tom starts with 5 apples. 5 + 9 = 14 apples. The answer is 14.", "14")
     assert tasks.check(item, "5 + 9 = 14. So the answer is 14.")
     assert tasks.check(item, "Final answer: 14.")
+    assert tasks.check(item, "Final answer : 14.")                    # a tokenizer's spacing of ":"
     assert not tasks.check(item, "The answer is 140.")
     assert not tasks.check(item, "The answer is 4.")
     assert not tasks.check(item, "The answer is 13.")
