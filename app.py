@@ -222,13 +222,7 @@ def step_html(trace: Trace, k: int) -> str:
 
 
 def step_figure(trace: Trace, k: int):
-    """visuals.step_view_figure, at least 320 px tall: gradio 5.50 bundles plotly.js 3.8, which leaves the plot
-    blank ("Something went wrong with axis scaling") when its colour bar does not fit, as happens at the 260 px
-    the figure asks for when the response has 3 rows or fewer (gen_length <= 48). Remove once visuals sizes it."""
-    fig = _figure("step view", visuals.step_view_figure, trace, k) if trace.steps else None
-    if fig is not None and (fig.layout.height or 0) < 320:
-        fig.update_layout(height=320)
-    return fig
+    return _figure("step view", visuals.step_view_figure, trace, k) if trace.steps else None
 
 
 def write_bundle(traces: list[Trace]) -> str:

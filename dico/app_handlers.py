@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from dico.loop import Cancelled, check_request, generate
-from dico.models import EMBEDDED_NAME, MaskPredictor, ModelError, load_model
+from dico.models import EMBEDDED_NAME, END_TOKENS, MaskPredictor, ModelError, load_model
 from dico.rules import METHODS, make_rule
 from dico.trace import MAX_JSON_BYTES, SCHEMA, Trace, TraceError
 
@@ -35,8 +35,7 @@ MAX_UPLOAD_BYTES = MAX_JSON_BYTES
 MAX_BUNDLE_TRACES = 16
 METHOD_LABELS = {"vanilla": "Vanilla", "fast": "Fast-dLLM", "fast-factor": "Fast-dLLM (factor)", "dico": "DiCo"}
 MASK_SYMBOL = "▢"
-# End-of-text tokens of the supported tokenizers (as MaskPredictor.decode) and special-token shapes.
-END_TOKENS = {"<|eot|>", "<|endoftext|>", "<|eot_id|>", "<|im_end|>", "</s>"}
+# Special-token shapes, hidden in the step text.
 _SPECIAL = re.compile(r"^(<\|[^|]*\|>|\[[A-Z]+\]|<[a-z/]+>)$")
 
 
@@ -279,17 +278,9 @@ def decode_stream(predictor: MaskPredictor, req: RunRequest, should_stop: Callab
 Segment = tuple[str, str]     # (text, kind) with kind "text", "new" (committed at this step) or "mask"
 
 
-def _stop_ids(predictor: MaskPredictor) -> set[int]:
-    tok = predictor.tokenizer
-    ids = {getattr(tok, "eos_token_id", None)}
-    vocab = getattr(tok, "vocab", {}) or {}
-    ids |= {vocab[t] for t in END_TOKENS if t in vocab}
-    return {i for i in ids if i is not None}
-
-
 def preview_segments(predictor: MaskPredictor, tokens: list[int | None]) -> list[Segment]:
     """The response while decoding: decoded runs as text, masks as MASK_SYMBOL, cut at the first end-of-text."""
-    stops = _stop_ids(predictor)
+    stops = predictor.stop_ids()
     segments: list[Segment] = []
     run: list[int] = []
 

@@ -45,6 +45,7 @@ class MaskPredictor:
     supports_attention: bool = False
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     _spacing: str | None = field(default=None, repr=False)
+    _stops: frozenset | None = field(default=None, repr=False)
 
     @torch.no_grad()
     def forward(self, ids: torch.Tensor, attentions: bool = False):
@@ -87,14 +88,18 @@ class MaskPredictor:
             return piece[2:]
         return piece if _PUNCTUATION.fullmatch(piece) else " " + piece
 
+    def stop_ids(self) -> set[int]:
+        """Token ids that end a response: the tokenizer's eos and the end-of-text tokens of known chat formats."""
+        if self._stops is None:     # tokenizer.vocab builds a fresh dict (126k entries for LLaDA): once only
+            vocab = getattr(self.tokenizer, "vocab", {}) or {}
+            ids = {getattr(self.tokenizer, "eos_token_id", None)} | {vocab[t] for t in END_TOKENS if t in vocab}
+            self._stops = frozenset(int(i) for i in ids if i is not None)
+        return set(self._stops)
+
     def decode(self, ids) -> str:
         """Response text up to the first end-of-text token, special tokens removed."""
         ids = [int(i) for i in ids]
-        stops = {t for t in (getattr(self.tokenizer, "eos_token_id", None),) if t is not None}
-        for extra in ("<|eot_id|>", "<|endoftext|>", "<|im_end|>"):
-            tid = self.tokenizer.convert_tokens_to_ids(extra) if extra in getattr(self.tokenizer, "vocab", {}) else None
-            if tid is not None:
-                stops.add(tid)
+        stops = self.stop_ids()
         for cut, tid in enumerate(ids):
             if tid in stops:
                 ids = ids[:cut]
@@ -109,6 +114,8 @@ class MaskPredictor:
         return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
 
 
+# End-of-text tokens of the supported tokenizers (embedded, LLaDA/Llama-3, Dream/Qwen, GPT-2, BERT-like).
+END_TOKENS = frozenset({"<|eot|>", "<|endoftext|>", "<|eot_id|>", "<|im_end|>", "</s>"})
 _PUNCTUATION = re.compile(r"[.,!?;:)\]}'%]+")
 
 

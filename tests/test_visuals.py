@@ -286,6 +286,7 @@ def test_step_view_shows_masks_commits_seeds_and_clusters(trace):
         assert len(segments(by_name(fig, "cluster")[0].x)) == pieces
         assert f"[{step.clusters[0][0]}, {step.clusters[0][1]}]" in fig.layout.title.text
     assert bool(by_name(fig, "seed")) == bool(step.seeds)
+    assert fig.layout.height >= 320                # shorter, plotly.js 3.8 draws nothing when the colour bar is cut
 
 
 # ---------------------------------------------------------------------------------------- benchmark

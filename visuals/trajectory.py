@@ -181,4 +181,5 @@ def step_view_figure(trace: Trace, k: int, cols: int | None = None) -> go.Figure
         xaxis=dict(title="offset in row", range=[-0.5, cols - 0.5], showgrid=False, zeroline=False, dtick=1),
         yaxis=dict(title="row start (response position)", range=[nrows - 0.5, -0.5], showgrid=False, zeroline=False,
                    tickvals=list(range(nrows)), ticktext=[str(r * cols) for r in range(nrows)]),
-        template=TEMPLATE, height=max(260, 140 + 30 * nrows), legend=UNDER_COLORBAR))
+        # at least 320 px: plotly.js 3.8 leaves the plot blank when the colour bar does not fit its height
+        template=TEMPLATE, height=max(320, 140 + 30 * nrows), legend=UNDER_COLORBAR))
