@@ -388,15 +388,18 @@ BENCH_TABLE = ROOT / "assets" / "bench" / "table1.json"
 def benchmark_view(path: Path = BENCH_TABLE) -> tuple:
     """The shipped benchmark (``python -m dico.bench``) as a figure and its table; a notice if it is missing."""
     try:
-        rows, title = read_results(path)
+        rows, run = read_results(path)
     except (OSError, ValueError) as exc:
         log.warning("no benchmark to show: %s", exc)
         return visuals.accuracy_nfe_figure([]), "No benchmark results are shipped with this copy."
     from dico.bench import markdown
+    measured = (f" It ran in {run['seconds'] / 60:.0f} minutes on {run['machine']}."
+                if "seconds" in run and "machine" in run else "")
+    command = run.get("command", "python -m dico.bench")
     return visuals.accuracy_nfe_figure(rows), (
-        markdown(rows, title) + "\n\nRegenerate with `python -m dico.bench --json assets/bench/table1.json "
-        "--markdown assets/bench/table1.md` (about 8 minutes on 2 cores). The embedded model is small: its "
-        "accuracy is its own, not the paper's; see the README for what these numbers show.")
+        markdown(rows, str(run.get("title", "benchmark"))) + f"\n\nRegenerate with `{command}`.{measured} "
+        "The embedded model is small: its accuracy is its own, not the paper's; see the README for what these "
+        "numbers show.")
 
 
 def model_note() -> str:

@@ -26,7 +26,7 @@ from dico import tasks
 # the same shape (answer well inside the window, 3 blocks in semi-AR) is 96 positions in blocks of 32.
 GEN_LENGTH = 96
 BLOCK_LENGTH = 32
-FULL_ITEMS = 12
+FULL_ITEMS = 20
 QUICK_ITEMS = 4
 
 TABLE = [("Vanilla", "vanilla", {}), ("Fast-dLLM (0.95)", "fast", {"threshold": 0.95}),
@@ -96,8 +96,9 @@ def run(predictor, configs, families, modes, n_items: int, gen_length: int, bloc
     return rows
 
 
-def read_results(path) -> tuple[list[dict], str]:
-    """Rows and title of a ``--json`` file written by this module, checked field by field (the app shows them)."""
+def read_results(path) -> tuple[list[dict], dict]:
+    """Rows and the run's own record (title, command, machine, seconds) of a ``--json`` file written by this
+    module, checked field by field (the app shows them)."""
     data = json.loads(open(path, encoding="utf-8").read())
     rows = data.get("rows") if isinstance(data, dict) else None
     if not isinstance(rows, list) or not rows:
@@ -106,7 +107,17 @@ def read_results(path) -> tuple[list[dict], str]:
         missing = [k for k in ROW_FIELDS if k not in row]
         if missing:
             raise ValueError(f"{path}: rows[{i}] misses {', '.join(missing)}")
-    return rows, str(data.get("title", "benchmark"))
+    return rows, {k: v for k, v in data.items() if k != "rows"}
+
+
+def machine() -> str:
+    """What the numbers were measured on: they are only comparable within one run on one machine."""
+    import os
+
+    import torch
+
+    return (f"{platform.machine()} {platform.processor() or ''}".strip() +
+            f", {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
 
 
 def speed(predictor, n_items: int, gen_length: int = 256) -> list[dict]:
@@ -201,8 +212,7 @@ def main(argv=None) -> int:
         predictor = load_model(args.model, attention=False)
         print(f"{title}: model {predictor.name}, gen_length {args.gen_length}, block_length {args.block_length} "
               f"(the paper's 256/32 scaled to answers of 20-70 tokens), {n_items} held-out items per task, "
-              f"{platform.machine()} {platform.processor() or ''} with {__import__('os').cpu_count()} cores",
-              flush=True)
+              f"on {machine()}", flush=True)
         start = time.time()
         rows = run(predictor, configs, families, modes, n_items, args.gen_length, args.block_length,
                    progress=not args.no_progress)
@@ -212,13 +222,16 @@ def main(argv=None) -> int:
     if args.what:
         keep = {label for label, _, _ in configs}
         rows = [r for r in rows if r["method"] in keep]
+    seconds = round(time.time() - start)
     table = markdown(rows, title)
     print(table)
-    print(f"\n(ran in {time.time() - start:.0f} s)")
+    print(f"\n(ran in {seconds} s)")
     if args.json:
+        command = "python -m dico.bench " + " ".join(argv if argv is not None else sys.argv[1:])
         with open(args.json, "w") as fh:
             json.dump({"title": title, "model": predictor.name, "gen_length": args.gen_length,
-                       "block_length": args.block_length, "rows": rows}, fh, indent=1)
+                       "block_length": args.block_length, "command": command.strip(), "machine": machine(),
+                       "seconds": seconds, "rows": rows}, fh, indent=1)
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(table + "\n")
