@@ -2,6 +2,8 @@
 
     python -m dico.card [--model assets/dico-tiny] [--items 500] [--json PATH]
 
+- Masked alone: each number (or, for word problems, each name and object) of the worked answer masked on
+  its own with everything else given: does the model copy and compute it?
 - Teacher-forced answer accuracy: the whole worked answer is given except the numbers of the final
   answer line, which are masked; one forward pass must predict them all.
 - Confidence profile at the first decoding step (everything masked), per region of the response:
@@ -50,17 +52,27 @@ def teacher_forced(predictor, items, gen_length=GEN_LENGTH) -> float:
     return right / len(items)
 
 
-def number_accuracy(predictor, items, gen_length=GEN_LENGTH) -> float:
-    """Share of numbers in the worked answers predicted right when each alone is masked (copy and arithmetic)."""
+NUMBER = re.compile(r"\d+")
+# Names and one-word objects of the word problems: copied from the prompt, never computed.
+ENTITY = re.compile("|".join(tasks.NAMES + [o for o in tasks.OBJECTS if " " not in o]))
+
+
+def masked_alone_accuracy(predictor, items, which: re.Pattern = NUMBER, gen_length=GEN_LENGTH) -> float:
+    """Share of the answer tokens matching ``which`` predicted right when each alone is masked, all else given.
+
+    For numbers this is copy and arithmetic; for names and objects it is copying from the prompt alone.
+    """
     right = total = 0
     for item in items:
         prompt, answer, response = _layout(predictor, item, gen_length)
-        numbers = [i for i, t in enumerate(predictor.tokenizer.convert_ids_to_tokens(answer)) if re.fullmatch(r"\d+", t)]
-        batch = torch.tensor([prompt + response] * len(numbers))
-        batch[range(len(numbers)), [len(prompt) + i for i in numbers]] = predictor.mask_id
-        pred = predictor.forward(batch)[0][range(len(numbers)), [len(prompt) + i for i in numbers]].argmax(-1)
-        right += sum(int(p) == answer[i] for p, i in zip(pred, numbers))
-        total += len(numbers)
+        spots = [i for i, t in enumerate(predictor.tokenizer.convert_ids_to_tokens(answer)) if which.fullmatch(t)]
+        if not spots:
+            continue
+        batch = torch.tensor([prompt + response] * len(spots))
+        batch[range(len(spots)), [len(prompt) + i for i in spots]] = predictor.mask_id
+        pred = predictor.forward(batch)[0][range(len(spots)), [len(prompt) + i for i in spots]].argmax(-1)
+        right += sum(int(p) == answer[i] for p, i in zip(pred, spots))
+        total += len(spots)
     return right / max(total, 1)
 
 
@@ -109,7 +121,10 @@ def main(argv=None) -> int:
     for family in tasks.FAMILIES:
         split = tasks.make_split(family, "test", args.items)
         report[f"teacher_forced_{family}"] = round(teacher_forced(predictor, split), 4)
-        report[f"number_accuracy_{family}"] = round(number_accuracy(predictor, split[:args.profile_items]), 4)
+        report[f"number_accuracy_{family}"] = round(masked_alone_accuracy(predictor, split[:args.profile_items]), 4)
+        if family == "word":
+            report["name_object_accuracy_word"] = round(
+                masked_alone_accuracy(predictor, split[:args.profile_items], ENTITY), 4)
         report[f"profile_{family}"] = first_step_profile(predictor, split[:args.profile_items])
     print(json.dumps(report, indent=1))
     if args.json:

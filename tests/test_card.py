@@ -1,0 +1,44 @@
+"""The model card's measures score what they say: an oracle gets everything, a model that ignores the prompt gets little."""
+import torch
+from torch import nn
+
+import dico
+from dico import card, tasks
+from dico.models import EMBEDDED
+
+
+class Oracle(nn.Module):
+    """Predicts every position's true token: the masked ones are read from the sequence it was built for."""
+
+    def __init__(self, truth: list[int], vocab: int):
+        super().__init__()
+        self.truth, self.vocab = torch.tensor(truth), vocab
+
+    def forward(self, input_ids, **_):
+        logits = torch.full((*input_ids.shape, self.vocab), -20.0)
+        logits.scatter_(-1, self.truth[: input_ids.shape[1]].expand_as(input_ids)[..., None], 20.0)
+        return type("Out", (), {"logits": logits})
+
+
+def predictor_for(item, model):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED)
+    return dico.models.from_module(model, tokenizer, kind="masked-lm", mask_id=tokenizer.mask_token_id,
+                                   max_length=384)
+
+
+def test_masked_alone_accuracy_is_one_for_an_oracle_and_low_for_a_constant_guess():
+    item = next(i for i in tasks.make_split("word") if i.answer.split()[0] in tasks.NAMES)
+    probe = predictor_for(item, nn.Identity())
+    prompt, _, response = card._layout(probe, item, card.GEN_LENGTH)
+    vocab = len(probe.tokenizer)
+    oracle = predictor_for(item, Oracle(prompt + response, vocab))
+    assert card.masked_alone_accuracy(oracle, [item]) == 1.0
+    assert card.masked_alone_accuracy(oracle, [item], card.ENTITY) == 1.0
+    assert card.teacher_forced(oracle, [item]) == 1.0
+
+    ivan = probe.tokenizer.convert_tokens_to_ids("Ivan")                 # always guesses one name
+    constant = predictor_for(item, Oracle([ivan] * len(prompt + response), vocab))
+    assert card.masked_alone_accuracy(constant, [item], card.ENTITY) == 0.0
+    assert card.masked_alone_accuracy(constant, [item]) == 0.0
