@@ -22,14 +22,6 @@ sys.path.insert(0, str(ROOT))
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 
-# While the embedded model is still being trained, a stand-in of the same format may be named here.
-if not (ROOT / "assets" / "dico-tiny" / "config.json").exists() and not os.environ.get("DICO_EMBEDDED_MODEL"):
-    for candidate in ("/tmp/tt",):
-        if (Path(candidate) / "config.json").exists():
-            os.environ["DICO_EMBEDDED_MODEL"] = candidate
-            break
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "e2e: real-browser tests of the app (Playwright + system chromium)")
     config.addinivalue_line("filterwarnings", r"ignore:.*Gradio 6\.0:DeprecationWarning")
