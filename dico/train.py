@@ -107,7 +107,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="folder to write the model, tokenizer and train log")
     parser.add_argument("--minutes", type=float, default=75.0, help="time budget; the lr schedule follows it")
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: time only)")
-    parser.add_argument("--batch-size", type=int, default=48)
+    # Small batches, many updates: at equal time, batches of 16 learned to copy numbers from the prompt within
+    # 3,000 steps where batches of 48 had not after 2,300 (measured for the shipped model; see its card).
+    parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--hidden", type=int, default=256)
