@@ -393,7 +393,7 @@ def benchmark_view(path: Path = BENCH_TABLE) -> tuple:
         log.warning("no benchmark to show: %s", exc)
         return visuals.accuracy_nfe_figure([]), "No benchmark results are shipped with this copy."
     from dico.bench import markdown
-    measured = (f" It ran in {run['seconds'] / 60:.0f} minutes on {run['machine']}."
+    measured = (f" It ran in {run['seconds'] / 60:.1f} minutes on {run['machine']}."
                 if "seconds" in run and "machine" in run else "")
     command = run.get("command", "python -m dico.bench")
     return visuals.accuracy_nfe_figure(rows), (
