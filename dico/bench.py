@@ -210,9 +210,10 @@ def main(argv=None) -> int:
                 raise ValueError(f"families: unknown family {family!r}; choose from {', '.join(tasks.FAMILIES)}")
         from dico.models import load_model
         predictor = load_model(args.model, attention=False)
+        where = machine()
         print(f"{title}: model {predictor.name}, gen_length {args.gen_length}, block_length {args.block_length} "
               f"(the paper's 256/32 scaled to answers of 20-70 tokens), {n_items} held-out items per task, "
-              f"on {machine()}", flush=True)
+              f"on {where}", flush=True)
         start = time.time()
         rows = run(predictor, configs, families, modes, n_items, args.gen_length, args.block_length,
                    progress=not args.no_progress)
@@ -230,7 +231,7 @@ def main(argv=None) -> int:
         command = "python -m dico.bench " + " ".join(argv if argv is not None else sys.argv[1:])
         with open(args.json, "w") as fh:
             json.dump({"title": title, "model": predictor.name, "gen_length": args.gen_length,
-                       "block_length": args.block_length, "command": command.strip(), "machine": machine(),
+                       "block_length": args.block_length, "command": command.strip(), "machine": where,
                        "seconds": seconds, "rows": rows}, fh, indent=1)
     if args.markdown:
         with open(args.markdown, "w") as fh:

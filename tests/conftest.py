@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "e2e: real-browser tests of the app (Playwright + system chromium)")
     config.addinivalue_line("filterwarnings", r"ignore:.*Gradio 6\.0:DeprecationWarning")

@@ -20,25 +20,25 @@ class Oracle(nn.Module):
         return type("Out", (), {"logits": logits})
 
 
-def predictor_for(item, model):
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED)
+def predictor_for(model, tokenizer):
     return dico.models.from_module(model, tokenizer, kind="masked-lm", mask_id=tokenizer.mask_token_id,
                                    max_length=384)
 
 
 def test_masked_alone_accuracy_is_one_for_an_oracle_and_low_for_a_constant_guess():
     item = next(i for i in tasks.make_split("word") if i.answer.split()[0] in tasks.NAMES)
-    probe = predictor_for(item, nn.Identity())
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED)
+    probe = predictor_for(nn.Identity(), tokenizer)
     prompt, _, response = card._layout(probe, item, card.GEN_LENGTH)
-    vocab = len(probe.tokenizer)
-    oracle = predictor_for(item, Oracle(prompt + response, vocab))
+    vocab = len(tokenizer)
+    oracle = predictor_for(Oracle(prompt + response, vocab), tokenizer)
     assert card.masked_alone_accuracy(oracle, [item]) == 1.0
     assert card.masked_alone_accuracy(oracle, [item], card.ENTITY) == 1.0
     assert card.teacher_forced(oracle, [item]) == 1.0
 
-    ivan = probe.tokenizer.convert_tokens_to_ids("Ivan")                 # always guesses one name
-    constant = predictor_for(item, Oracle([ivan] * len(prompt + response), vocab))
+    ivan = tokenizer.convert_tokens_to_ids("Ivan")                       # always guesses one name
+    constant = predictor_for(Oracle([ivan] * len(prompt + response), vocab), tokenizer)
     assert card.masked_alone_accuracy(constant, [item], card.ENTITY) == 0.0
     assert card.masked_alone_accuracy(constant, [item]) == 0.0
