@@ -4,6 +4,9 @@
 
 - Masked alone: each number (or, for word problems, each name and object) of the worked answer masked on
   its own with everything else given: does the model copy and compute it?
+- Computed results: each equation result masked together with all its later mentions, so it must be
+  computed from the operands rather than read back from the next step (and names and objects masked
+  with all later mentions, so they must come from the prompt).
 - Teacher-forced answer accuracy: the whole worked answer is given except the numbers of the final
   answer line, which are masked; one forward pass must predict them all.
 - Confidence profile at the first decoding step (everything masked), per region of the response:
@@ -57,20 +60,32 @@ NUMBER = re.compile(r"\d+")
 ENTITY = re.compile("|".join(tasks.NAMES + [o for o in tasks.OBJECTS if " " not in o]))
 
 
-def masked_alone_accuracy(predictor, items, which: re.Pattern = NUMBER, gen_length=GEN_LENGTH) -> float:
+def masked_alone_accuracy(predictor, items, which: re.Pattern = NUMBER, gen_length=GEN_LENGTH, *,
+                          after: str | None = None, with_later: bool = False) -> float:
     """Share of the answer tokens matching ``which`` predicted right when each alone is masked, all else given.
 
     For numbers this is copy and arithmetic; for names and objects it is copying from the prompt alone.
+    ``after="="`` keeps only tokens right after that token (equation results). ``with_later`` also masks
+    every later occurrence of the same token, so nothing later in the answer gives it away: a result must
+    then be computed and a name copied from the prompt, which is the state confidence-ordered decoding
+    reaches when it leaves those tokens for last.
     """
     right = total = 0
     for item in items:
         prompt, answer, response = _layout(predictor, item, gen_length)
-        spots = [i for i, t in enumerate(predictor.tokenizer.convert_ids_to_tokens(answer)) if which.fullmatch(t)]
+        tokens = predictor.tokenizer.convert_ids_to_tokens(answer)
+        spots = [i for i, t in enumerate(tokens) if which.fullmatch(t) and (after is None or (i and tokens[i - 1] == after))]
         if not spots:
             continue
         batch = torch.tensor([prompt + response] * len(spots))
-        batch[range(len(spots)), [len(prompt) + i for i in spots]] = predictor.mask_id
-        pred = predictor.forward(batch)[0][range(len(spots)), [len(prompt) + i for i in spots]].argmax(-1)
+        rows, cols = torch.arange(len(spots)), torch.tensor([len(prompt) + i for i in spots])
+        if with_later:
+            position = torch.arange(batch.shape[1])[None, :]
+            later = (batch == batch[rows, cols][:, None]) & (position >= cols[:, None])
+            later[:, len(prompt) + len(answer):] = False
+            batch[later] = predictor.mask_id
+        batch[rows, cols] = predictor.mask_id
+        pred = predictor.forward(batch)[0][rows, cols].argmax(-1)
         right += sum(int(p) == answer[i] for p, i in zip(pred, spots))
         total += len(spots)
     return right / max(total, 1)
@@ -122,9 +137,13 @@ def main(argv=None) -> int:
         split = tasks.make_split(family, "test", args.items)
         report[f"teacher_forced_{family}"] = round(teacher_forced(predictor, split), 4)
         report[f"number_accuracy_{family}"] = round(masked_alone_accuracy(predictor, split[:args.profile_items]), 4)
+        report[f"computed_result_accuracy_{family}"] = round(masked_alone_accuracy(
+            predictor, split[:args.profile_items], after="=", with_later=True), 4)
         if family == "word":
             report["name_object_accuracy_word"] = round(
                 masked_alone_accuracy(predictor, split[:args.profile_items], ENTITY), 4)
+            report["name_object_first_mention_accuracy_word"] = round(
+                masked_alone_accuracy(predictor, split[:args.profile_items], ENTITY, with_later=True), 4)
         report[f"profile_{family}"] = first_step_profile(predictor, split[:args.profile_items])
     print(json.dumps(report, indent=1))
     if args.json:

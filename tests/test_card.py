@@ -42,3 +42,39 @@ def test_masked_alone_accuracy_is_one_for_an_oracle_and_low_for_a_constant_guess
     constant = predictor_for(Oracle([ivan] * len(prompt + response), vocab), tokenizer)
     assert card.masked_alone_accuracy(constant, [item], card.ENTITY) == 0.0
     assert card.masked_alone_accuracy(constant, [item]) == 0.0
+
+
+class ReadsLaterMentions(nn.Module):
+    """Fills a masked position with whatever stands at the next mention of its true token: copying, not computing."""
+
+    def __init__(self, truth: list[int], start: int, vocab: int):
+        super().__init__()
+        self.truth, self.start, self.vocab = truth, start, vocab
+
+    def forward(self, input_ids, **_):
+        n, length = input_ids.shape
+        logits = torch.zeros(n, length, self.vocab)
+        for i in range(self.start, length):
+            later = [j for j in range(i + 1, length) if self.truth[j] == self.truth[i]]
+            logits[:, i, :] = -20.0
+            if later:
+                logits[torch.arange(n), i, input_ids[:, later[0]]] = 20.0
+        return type("Out", (), {"logits": logits})
+
+
+def test_computed_results_and_first_mentions_cannot_be_read_back_from_later_in_the_answer():
+    item = next(i for i in tasks.make_split("word") if i.answer.count(" = ") >= 2)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED)
+    prompt, answer, response = card._layout(predictor_for(nn.Identity(), tokenizer), item, card.GEN_LENGTH)
+    truth = prompt + answer + [tokenizer.eos_token_id] * (len(response) - len(answer))
+    vocab = len(tokenizer)
+    copier = predictor_for(ReadsLaterMentions(truth, len(prompt), vocab), tokenizer)
+    # every result is re-mentioned later (next step, answer line), so masking it alone lets the copier score
+    assert card.masked_alone_accuracy(copier, [item], after="=") == 1.0
+    assert card.masked_alone_accuracy(copier, [item], after="=", with_later=True) == 0.0
+    assert card.masked_alone_accuracy(copier, [item], card.ENTITY, with_later=True) == 0.0
+    oracle = predictor_for(Oracle(truth, vocab), tokenizer)
+    assert card.masked_alone_accuracy(oracle, [item], after="=", with_later=True) == 1.0
+    assert card.masked_alone_accuracy(oracle, [item], card.ENTITY, with_later=True) == 1.0

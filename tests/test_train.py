@@ -43,3 +43,17 @@ def test_diffusion_loss_is_zero_where_nothing_is_masked_and_weights_by_one_over_
     response = torch.tensor([[False, False, True, True]])
     loss = diffusion_loss(Perfect(), ids, torch.ones_like(ids), response, mask_id=9)
     assert loss.item() < 1e-6     # a model that always knows the answer has no loss, whatever is masked
+
+
+def test_occurrence_mask_hides_one_answer_token_and_all_its_later_mentions_only():
+    from dico.train import occurrence_mask
+
+    # prompt 1 | answer 7 3 7 8 7 | end-of-text 5 5
+    ids = torch.tensor([[1, 7, 3, 7, 8, 7, 5, 5]] * 200)
+    answer = torch.tensor([[False, True, True, True, True, True, False, False]] * 200)
+    masks = occurrence_mask(ids, answer, 1.0, torch.Generator().manual_seed(0))
+    allowed = {(0, 1, 0, 1, 0, 1, 0, 0), (0, 0, 0, 1, 0, 1, 0, 0), (0, 0, 0, 0, 0, 1, 0, 0),
+               (0, 0, 1, 0, 0, 0, 0, 0), (0, 0, 0, 0, 1, 0, 0, 0)}
+    seen = {tuple(row) for row in masks.int().tolist()}
+    assert seen == allowed          # each start is drawn, never the prompt or the end-of-text padding
+    assert not occurrence_mask(ids, answer, 0.0).any()
