@@ -7,6 +7,7 @@
     python -m dico.bench ablation seeds       # N in {2, 4, 6, 8, 10}
     python -m dico.bench ablation conquer     # adaptive (factor) vs fixed-threshold Conquer
     python -m dico.bench speed                # selection time per step against the forward pass, gen_length 256
+    python -m dico.bench readme               # rewrite README's benchmark block from assets/bench
 
 Every speed-up is measured against Vanilla in the same run, on the same items, one after the
 other (NFE ratio and wall-clock tokens/s ratio), never against a number from another run.
@@ -160,11 +161,33 @@ def markdown(rows, title: str) -> str:
     return "\n".join(lines)
 
 
+README_RESULTS = ("table1", "ablation_tg", "ablation_margin", "ablation_seeds", "ablation_conquer")
+README_MARKERS = ("<!-- bench:start -->", "<!-- bench:end -->")
+
+
+def readme_section(folder) -> str:
+    """The README's benchmark block: every shipped table, each with the command, time and machine that made it."""
+    from pathlib import Path
+
+    parts = []
+    for name in README_RESULTS:
+        meta = json.loads((Path(folder) / f"{name}.json").read_text())
+        table = (Path(folder) / f"{name}.md").read_text().strip()
+        parts.append(f"{table}\n\n`{meta['command']}` ({meta['seconds'] / 60:.1f} min on {meta['machine']})")
+    return "\n\n".join(parts)
+
+
+def splice_readme(readme: str, section: str) -> str:
+    start, end = README_MARKERS
+    head, rest = readme.split(start, 1)
+    return f"{head}{start}\n{section}\n{end}{rest.split(end, 1)[1]}"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dico.bench", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("what", nargs="*", default=[], help="'ablation tg|margin|seeds|conquer', 'speed', or nothing for Table 1")
+    parser.add_argument("what", nargs="*", default=[], help="'ablation tg|margin|seeds|conquer', 'speed', 'readme', or nothing for Table 1")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_ITEMS} items per task family")
     parser.add_argument("--items", type=int, default=None, help=f"items per task family (default {FULL_ITEMS})")
     parser.add_argument("--model", default=None, help="hub id or folder (default: the embedded model)")
@@ -177,6 +200,13 @@ def main(argv=None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
+    if args.what == ["readme"]:
+        from pathlib import Path
+        root = Path(__file__).resolve().parent.parent
+        readme = root / "README.md"
+        readme.write_text(splice_readme(readme.read_text(), readme_section(root / "assets" / "bench")))
+        print(f"wrote the benchmark block of {readme} from assets/bench")
+        return 0
     if args.what == ["speed"]:
         from dico.models import load_model
         rows = speed(load_model(args.model, attention=False), args.items or (2 if args.quick else 10))

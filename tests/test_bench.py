@@ -35,3 +35,15 @@ def test_bench_refuses_unknown_ablation():
     result = subprocess.run([sys.executable, "-m", "dico.bench", "ablation", "colour"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "ablation" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_readme_shows_exactly_the_shipped_benchmark_tables_and_their_commands():
+    from dico.bench import README_MARKERS, readme_section, splice_readme
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme_section(ROOT / "assets" / "bench")
+    assert f"{README_MARKERS[0]}\n{section}\n{README_MARKERS[1]}" in readme, \
+        "README's benchmark block is stale: run python -m dico.bench readme"
+    assert splice_readme(readme, section) == readme
+    assert splice_readme("a\n<!-- bench:start -->\nold\n<!-- bench:end -->\nb", "new") == \
+        "a\n<!-- bench:start -->\nnew\n<!-- bench:end -->\nb"
