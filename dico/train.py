@@ -4,9 +4,11 @@
 
 Objective (LLaDA eq. 3): draw t ~ U(eps, 1) per example, mask every response token (answer and its
 end-of-text padding) with probability t, never the prompt; cross-entropy on the masked tokens
-weighted 1/t, normalised by the response length. The architecture is transformers' own
-``BertForMaskedLM``, so the result loads with ``AutoModelForMaskedLM.from_pretrained`` offline,
-like any hub model, and supports ``attn_implementation="eager"`` for attention maps.
+weighted 1/t, normalised by the response length. Half the examples (``--occurrence-share``) also mask
+one answer token with all its later occurrences, so that results are computed and names copied from
+the prompt rather than read back from a later mention (see ``occurrence_mask``). The architecture is
+transformers' own ``BertForMaskedLM``, so the result loads with ``AutoModelForMaskedLM.from_pretrained``
+offline, like any hub model, and supports ``attn_implementation="eager"`` for attention maps.
 
 Layout of a sequence (training and decoding alike): ``[CLS] prompt [SEP] response <|eot|>...``,
 the response region padded with end-of-text to a length drawn per batch, so that any
