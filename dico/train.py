@@ -89,46 +89,53 @@ def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: f
     return ids, (ids != tokenizer.pad_token_id).long(), response
 
 
-def occurrence_mask(ids, answer, share: float, generator=None):
-    """For a ``share`` of rows, one random answer token and every later occurrence of the same token.
+def occurrence_mask(ids, candidates, answer, share: float, generator=None):
+    """For a ``share`` of rows, one random ``candidates`` token and every later occurrence of it in ``answer``.
 
-    Random masking almost always leaves some re-mention of a value visible ("13 - 9 = [M]. Taking away 1
-    leaves 4 - 1 ..."), so a small model learns to copy it back instead of computing it, or to copy a name
-    from the answer instead of the prompt; measured here: every masked number right when its re-mentions
-    showed, 0.24-0.40 confident and wrong ("34 + 2 = 44") when they were masked too, which is the state
-    confidence-ordered decoding reaches. Masking all later occurrences leaves only the prompt and the
-    earlier working to read from. Any mask pattern trains the same conditionals p(masked | visible); this
-    only gives more weight to the patterns decoding meets.
+    Random masking usually leaves some re-mention of a value visible ("13 - 9 = [M]. Taking away 1 leaves
+    4 - 1 ..."), so a small model leans on reading it back rather than computing it, or on copying a name from
+    the answer rather than the prompt; measured here: every masked number right when its re-mentions showed,
+    0.24-0.40 confident and often wrong ("34 + 2 = 44") when they were masked too, which is the state
+    confidence-ordered decoding reaches. Masking all later occurrences leaves only the prompt and the earlier
+    working to read from. Any mask pattern trains the same conditionals p(masked | visible); this only gives
+    more weight to the patterns decoding meets.
     """
     import torch
 
     b, l = ids.shape
-    pick = torch.rand(b, l, generator=generator).masked_fill(~answer, -1.0).argmax(dim=1)   # b: a random answer slot
-    chosen = ids.gather(1, pick[:, None])                                                 # b, 1
+    pick = torch.rand(b, l, generator=generator).masked_fill(~candidates, -1.0).argmax(dim=1)  # b: one candidate
+    chosen = ids.gather(1, pick[:, None])                                                    # b, 1
     later = torch.arange(l)[None, :] >= pick[:, None]
-    use = (torch.rand(b, 1, generator=generator) < share) & answer.any(dim=1, keepdim=True)
+    use = (torch.rand(b, 1, generator=generator) < share) & candidates.any(dim=1, keepdim=True)
     return (ids == chosen) & later & answer & use
 
 
-def diffusion_loss(model, ids, attention, response, mask_id: int, generator=None, *,
-                   answer=None, occurrence_share: float = 0.0):
+def content_positions(ids, answer, response, attention, number, word):
+    """Answer positions worth hiding with their later mentions: numbers, and words that also stand in the prompt
+    (names, objects, operands' wording). ``number`` and ``word`` are per-vocabulary boolean tables."""
+    prompt = ids.masked_fill(response | (attention == 0), -1)                                # b, l
+    in_prompt = (ids[:, :, None] == prompt[:, None, :]).any(-1)                              # b, l
+    return answer & (number[ids] | (word[ids] & in_prompt))
+
+
+def diffusion_loss(model, ids, attention, response, mask_id: int, generator=None, *, extra=None):
     """LLaDA's masked-diffusion loss: mask with prob t ~ U(eps, 1), CE on masked tokens weighted 1/t.
 
-    With ``occurrence_share`` > 0, that share of rows also masks one answer token and all its later
-    occurrences (``answer``: the response positions before the end-of-text padding); see occurrence_mask.
+    ``extra`` (b, l bool) adds positions to mask beyond the random ones (see occurrence_mask); those count with
+    weight 1, not 1/t: a row drawn with t = 0.001 would otherwise weigh them a thousandfold (measured: that
+    made the first version of this run worse at arithmetic, not better).
     """
     import torch
     import torch.nn.functional as F
 
     b = ids.shape[0]
     t = torch.rand(b, 1, generator=generator) * (1 - 1e-3) + 1e-3                 # b, 1
-    masked = (torch.rand(ids.shape, generator=generator) < t) & response          # b, l
-    if occurrence_share > 0 and answer is not None:
-        masked |= occurrence_mask(ids, answer, occurrence_share, generator)
+    random_masked = (torch.rand(ids.shape, generator=generator) < t) & response   # b, l
+    masked = random_masked | extra if extra is not None else random_masked
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
     logits = model(input_ids=noisy, attention_mask=attention).logits               # b, l, v
     ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")
-    weights = (1.0 / t).expand_as(ids)[masked]
+    weights = torch.where(random_masked, 1.0 / t, torch.ones_like(t))[masked]
     return (ce * weights).sum() / response.sum().clamp(min=1)
 
 
@@ -181,6 +188,9 @@ def main(argv=None) -> int:
         tokenizer = build_tokenizer([s.prompt + " " + s.answer for s in sample])
         model = build_model(len(tokenizer), args.hidden, args.layers, args.heads, args.max_positions, args.position)
     n_params = sum(p.numel() for p in model.parameters())
+    vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    number = torch.tensor([token.isdigit() for token in vocab])
+    word = torch.tensor([token.isalpha() for token in vocab])
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
     stream = tasks.train_stream(args.seed)
     budget = args.minutes * 60
@@ -212,9 +222,12 @@ def main(argv=None) -> int:
         ids, attention, response = make_batch([next(stream) for _ in range(args.batch_size)], tokenizer, rng,
                                               min(args.max_gen, args.max_positions - MAX_PROMPT_TOKENS),
                                               args.long_share)
-        loss = diffusion_loss(model, ids, attention, response, tokenizer.mask_token_id, generator,
-                              answer=response & (ids != tokenizer.eos_token_id),
-                              occurrence_share=args.occurrence_share)
+        extra = None
+        if args.occurrence_share > 0:
+            answer = response & (ids != tokenizer.eos_token_id)
+            candidates = content_positions(ids, answer, response, attention, number, word)
+            extra = occurrence_mask(ids, candidates, answer, args.occurrence_share, generator)
+        loss = diffusion_loss(model, ids, attention, response, tokenizer.mask_token_id, generator, extra=extra)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -1,5 +1,6 @@
 """The task families: seeded, held out, and checked exactly."""
 import random
+import re
 
 import pytest
 
@@ -63,3 +64,14 @@ def test_list_checker_needs_every_item_in_order():
 def test_unknown_family_is_named():
     with pytest.raises(ValueError, match="family"):
         tasks.make_item("poetry", random.Random(0))
+
+
+def test_training_stream_favours_word_problems_and_drills_lists_past_twenty():
+    stream = tasks.train_stream(seed=5)
+    items = [next(stream) for _ in range(1500)]
+    words = sum(item.family == "word" for item in items)
+    assert 0.6 < words / len(items) < 0.73
+    lists = [item for item in items if item.family == "list"]
+    biggest = [max(map(int, re.findall(r"\d+", item.prompt.split(".")[0]))) for item in lists]   # the list sentence
+    assert 0.2 < sum(b > 20 for b in biggest) / len(lists) < 0.4
+    assert max(biggest) <= tasks.DRILL_TOP

@@ -45,15 +45,49 @@ def test_diffusion_loss_is_zero_where_nothing_is_masked_and_weights_by_one_over_
     assert loss.item() < 1e-6     # a model that always knows the answer has no loss, whatever is masked
 
 
-def test_occurrence_mask_hides_one_answer_token_and_all_its_later_mentions_only():
+def test_occurrence_mask_hides_one_candidate_and_all_its_later_mentions_in_the_answer_only():
     from dico.train import occurrence_mask
 
-    # prompt 1 | answer 7 3 7 8 7 | end-of-text 5 5
+    # prompt 1 | answer 7 3 7 8 7 | end-of-text 5 5; candidates: the answer's 7s and its 3
     ids = torch.tensor([[1, 7, 3, 7, 8, 7, 5, 5]] * 200)
     answer = torch.tensor([[False, True, True, True, True, True, False, False]] * 200)
-    masks = occurrence_mask(ids, answer, 1.0, torch.Generator().manual_seed(0))
+    candidates = answer & (ids != 8)
+    masks = occurrence_mask(ids, candidates, answer, 1.0, torch.Generator().manual_seed(0))
     allowed = {(0, 1, 0, 1, 0, 1, 0, 0), (0, 0, 0, 1, 0, 1, 0, 0), (0, 0, 0, 0, 0, 1, 0, 0),
-               (0, 0, 1, 0, 0, 0, 0, 0), (0, 0, 0, 0, 1, 0, 0, 0)}
-    seen = {tuple(row) for row in masks.int().tolist()}
-    assert seen == allowed          # each start is drawn, never the prompt or the end-of-text padding
-    assert not occurrence_mask(ids, answer, 0.0).any()
+               (0, 0, 1, 0, 0, 0, 0, 0)}
+    assert {tuple(row) for row in masks.int().tolist()} == allowed     # each start drawn, 8 never chosen
+    assert not occurrence_mask(ids, candidates, answer, 0.0).any()
+    assert not occurrence_mask(ids, torch.zeros_like(answer), answer, 1.0).any()
+
+
+def test_content_positions_are_numbers_and_answer_words_that_stand_in_the_prompt():
+    from dico.train import content_positions
+
+    #        [CLS] Tom  has  5 [SEP] | Tom  gets  3  more  .  = | eot
+    ids = torch.tensor([[2, 10, 11, 20, 3, 10, 12, 21, 13, 14, 15, 6]])
+    response = torch.tensor([[False] * 5 + [True] * 7])
+    answer = response & (ids != 6)
+    number = torch.zeros(30, dtype=torch.bool)
+    number[[20, 21]] = True
+    word = torch.zeros(30, dtype=torch.bool)
+    word[[10, 11, 12, 13]] = True
+    got = content_positions(ids, answer, response, torch.ones_like(ids), number, word)
+    assert got[0].nonzero().flatten().tolist() == [5, 7]      # "Tom" (in the prompt) and "3" (a number)
+
+
+def test_extra_masked_positions_count_once_not_one_over_t():
+    from dico.train import diffusion_loss
+
+    class Uniform(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None):
+            return type("Out", (), {"logits": torch.zeros(*input_ids.shape, 10)})
+
+    ids = torch.tensor([[3, 4, 5, 6]] * 64)
+    response = torch.tensor([[False, False, True, True]] * 64)
+    extra = torch.tensor([[False, False, True, True]] * 64)      # everything masked by the extra rule
+    loss = diffusion_loss(Uniform(), ids, torch.ones_like(ids), response, 9, torch.Generator().manual_seed(0),
+                          extra=extra)
+    per_token = torch.log(torch.tensor(10.0))                     # cross-entropy of a uniform guess over 10
+    # a token masked at random (prob t) weighs 1/t, else 1 as an extra: expected weight E[2 - t] = 1.5;
+    # weighing the extras 1/t too would give E[1/t] = ln(1000) = 6.9
+    assert per_token <= loss <= 3 * per_token
