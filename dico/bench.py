@@ -20,6 +20,7 @@ import platform
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from dico import tasks
 
@@ -168,8 +169,6 @@ README_MARKERS = ("<!-- bench:start -->", "<!-- bench:end -->")
 
 def readme_section(folder) -> str:
     """The README's benchmark block: every shipped table, each with the command, time and machine that made it."""
-    from pathlib import Path
-
     parts = []
     for name in README_RESULTS:
         meta = json.loads((Path(folder) / f"{name}.json").read_text())
@@ -202,7 +201,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.what == ["readme"]:
-        from pathlib import Path
         root = Path(__file__).resolve().parent.parent
         readme = root / "README.md"
         readme.write_text(splice_readme(readme.read_text(), readme_section(root / "assets" / "bench")))
