@@ -171,9 +171,9 @@ def readme_section(folder) -> str:
     """The README's benchmark block: every shipped table, each with the command, time and machine that made it."""
     parts = []
     for name in README_RESULTS:
-        meta = json.loads((Path(folder) / f"{name}.json").read_text())
+        _, run = read_results(Path(folder) / f"{name}.json")
         table = (Path(folder) / f"{name}.md").read_text().strip()
-        parts.append(f"{table}\n\n`{meta['command']}` ({meta['seconds'] / 60:.1f} min on {meta['machine']})")
+        parts.append(f"{table}\n\n`{run['command']}` ({run['seconds'] / 60:.1f} min on {run['machine']})")
     return "\n\n".join(parts)
 
 

@@ -5,10 +5,11 @@
 Objective (LLaDA eq. 3): draw t ~ U(eps, 1) per example, mask every response token (answer and its
 end-of-text padding) with probability t, never the prompt; cross-entropy on the masked tokens
 weighted 1/t, normalised by the response length. Half the examples (``--occurrence-share``) also mask
-one number or prompt word of the answer with all its later occurrences, so that results are computed and names copied from
-the prompt rather than read back from a later mention (see ``occurrence_mask``). The architecture is
-transformers' own ``BertForMaskedLM``, so the result loads with ``AutoModelForMaskedLM.from_pretrained``
-offline, like any hub model, and supports ``attn_implementation="eager"`` for attention maps.
+one number or prompt word of the answer with all its later occurrences, so that results are computed
+and names copied from the prompt rather than read back from a later mention (see ``occurrence_mask``).
+The architecture is transformers' own ``BertForMaskedLM``, so the result loads with
+``AutoModelForMaskedLM.from_pretrained`` offline, like any hub model, and supports
+``attn_implementation="eager"`` for attention maps.
 
 Layout of a sequence (training and decoding alike): ``[CLS] prompt [SEP] response <|eot|>...``,
 the response region padded with end-of-text to a length drawn per batch, so that any
@@ -158,9 +159,9 @@ def main(argv=None) -> int:
     parser.add_argument("--max-gen", type=int, default=256, help="longest response region drawn in training")
     parser.add_argument("--long-share", type=float, default=0.15, help="share of batches padded up to --max-gen")
     parser.add_argument("--occurrence-share", type=float, default=0.5,
-                        help="share of examples that also mask one number or prompt word of the answer and all its later "
-                             "occurrences "
-                             "(teaches computing and copying from the prompt; 0: plain LLaDA masking)")
+                        help="share of examples that also mask one number or prompt word of the answer and all "
+                             "its later occurrences (teaches computing and copying from the prompt; 0: plain "
+                             "LLaDA masking)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--checkpoint-every", type=int, default=500)
