@@ -10,10 +10,12 @@ import importlib
 
 # Lazy exports: ``import dico.trace`` (the figures' only dependency) must not pull in torch.
 _EXPORTS = {
-    "Cancelled": "dico.loop", "generate": "dico.loop",
+    "Decoding": "dico.loop", "decode": "dico.loop", "generate": "dico.loop",
     "EMBEDDED_NAME": "dico.models", "MaskPredictor": "dico.models", "ModelError": "dico.models",
     "from_module": "dico.models", "load_model": "dico.models",
-    "METHODS": "dico.rules", "DiCoSettings": "dico.rules", "make_rule": "dico.rules",
+    "make_rule": "dico.rules", "METHODS": "dico.settings", "DiCoSettings": "dico.settings",
+    "FastSettings": "dico.settings", "FastFactorSettings": "dico.settings", "VanillaSettings": "dico.settings",
+    "settings_for": "dico.settings",
     "SCHEMA": "dico.trace", "Step": "dico.trace", "Trace": "dico.trace", "TraceError": "dico.trace",
 }
 __all__ = list(_EXPORTS)

@@ -1,46 +1,47 @@
-"""The one denoising loop: forward, score, let the rule choose, commit, record.
+"""The one denoising loop: forward, score on the model's device, let the rule choose, commit, record.
 
-    trace = generate(predictor, "Tom has 5 apples...", method="dico", gen_length=96)
+    for trace, step in decode(predictor, "Tom has 5 apples...", "dico"):   # one step as it is decided
+        print(step.index, step.phase, step.committed)
+    trace = generate(predictor, "Tom has 5 apples...", "dico")             # the same, drained
 
-Every method runs through ``generate``; rules only choose positions (``dico.rules``). The loop owns
-the window (whole response in non-AR mode, blocks of ``block_length`` in semi-AR mode), timing,
-the optional attention capture, and the trace.
+``Decoding`` is one prompt's state (ids, masks, window, rule, trace); it advances by one step given
+that step's logits. ``decode`` drives it with one forward pass per step and yields every step;
+closing the generator early (Stop) leaves a partial trace marked ``stopped``. Streaming, progress,
+stopping and racing several methods are the caller's business: nothing here knows about threads.
+
+Devices: logits stay where the model put them; ``score`` reduces them there to three vectors of
+the response length and brings those back to the CPU in one transfer. Rules, masks and the trace
+only ever see CPU tensors.
 """
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Generator
 
 import torch
 
 from dico.models import MaskPredictor
-from dico.rules import METHODS, Scores, make_rule, rule_settings
-from dico.trace import AttentionStages, Step, Trace, STAGES
+from dico.rules import Choice, Scores, make_rule
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, MAX_PROMPT_CHARS, METHODS, MODES, NON_AR, \
+    SEMI_AR, Settings
+from dico.trace import STAGES, AttentionStages, Step, Trace
 
-MAX_PROMPT_CHARS = 4000
-
-
-class Cancelled(Exception):
-    """Raised inside ``generate`` when ``should_stop`` says so; the partial trace is on ``.trace``."""
-
-    def __init__(self, trace: Trace):
-        super().__init__("decoding was stopped")
-        self.trace = trace
+CONFIDENCE_DIGITS = 5       # the trace rounds confidences to this many digits (its JSON stays small)
 
 
 def check_inputs(prompt: str, method: str, mode: str, gen_length: int, block_length: int | None) -> None:
-    """The checks of ``check_request`` that need no model (the command line runs them before loading one)."""
+    """The checks of a request that need no model (the CLI runs them before loading one)."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("prompt: is empty; type a question for the model")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise ValueError(f"prompt: is {len(prompt)} characters, over the {MAX_PROMPT_CHARS}-character limit")
     if method not in METHODS:
         raise ValueError(f"method: unknown method {method!r}; choose from {', '.join(METHODS)}")
-    if mode not in ("non-ar", "semi-ar"):
-        raise ValueError(f"mode: must be 'non-ar' or 'semi-ar', got {mode!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
     if not isinstance(gen_length, int) or isinstance(gen_length, bool) or gen_length < 1:
         raise ValueError(f"gen_length: must be a whole number >= 1, got {gen_length!r}")
-    if mode == "semi-ar":
+    if mode == SEMI_AR:
         if not isinstance(block_length, int) or isinstance(block_length, bool) or not 1 <= block_length <= gen_length:
             raise ValueError(f"block_length: must be a whole number in 1..gen_length ({gen_length}), got {block_length!r}")
         if gen_length % block_length:
@@ -62,115 +63,199 @@ def check_request(predictor: MaskPredictor, prompt: str, method: str, mode: str,
     return prompt_ids
 
 
-def score(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """conf = max softmax (float32), pred = argmax, margin = top1 - top2 raw logit, per position."""
+def score(logits: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """conf = max softmax, pred = argmax, margin = top1 - top2 logit per position, in float32 (spec, Common ground).
+
+    ``logits`` (n, v) may live on any device; the work happens there and only the three (n,) vectors
+    come back to the CPU, in one transfer. The mask token is never a prediction.
+    """
+    logits = logits.float()                                                  # n, v (a copy for bf16 models)
+    logits[:, mask_id] = -torch.inf
     top = logits.topk(2, dim=-1)                                             # n, 2
     conf = torch.softmax(logits, dim=-1).max(dim=-1).values                  # n
-    return conf, top.indices[:, 0], top.values[:, 0] - top.values[:, 1]
+    packed = torch.stack([conf.double(), top.indices[:, 0].double(), (top.values[:, 0] - top.values[:, 1]).double()])
+    conf, pred, margin = packed.cpu()                                        # token ids are exact in float64
+    return conf.float(), pred.long(), margin.float()
 
 
-class _AttentionAccumulator:
-    """Per-stage running means of masked rows of the layer- and head-averaged attention map."""
+class AttentionAccumulator:
+    """Per-stage running means of masked rows of the layer- and head-averaged attention map, kept on the
+    model's device until the end of the run. Stages split the run by unmasked fraction (``STAGES``)."""
 
-    def __init__(self, prompt_length: int, n: int):
-        self.m, self.n = prompt_length, n
-        self.sums = torch.zeros(3, n, n + 1, dtype=torch.float64)
-        self.counts = torch.zeros(3, n, dtype=torch.float64)
-        self.steps: list[list[int]] = [[], [], []]
+    def __init__(self, predictor: MaskPredictor, prompt_length: int, n: int):
+        self.predictor, self.m, self.n = predictor, prompt_length, n
+        self.sums = predictor.to_model(torch.zeros(len(STAGES), n, n + 1, dtype=torch.float64))
+        self.counts = torch.zeros(len(STAGES), n, dtype=torch.float64)
+        self.steps: list[list[int]] = [[] for _ in STAGES]
 
     def add(self, step: int, attentions, masked: torch.Tensor, unmasked_fraction: float) -> None:
-        stage = min(int(unmasked_fraction * 3), 2)
-        mean = torch.stack([a[0].float().mean(dim=0) for a in attentions]).mean(dim=0).cpu()   # l, l
+        stage = min(int(unmasked_fraction * len(STAGES)), len(STAGES) - 1)
+        mean = torch.stack([a[0].float().mean(dim=0) for a in attentions]).mean(dim=0)         # l, l (device)
         rows = mean[self.m:self.m + self.n]                                                     # n, l
         keyed = torch.cat([rows[:, :self.m].sum(dim=1, keepdim=True), rows[:, self.m:self.m + self.n]], dim=1)
         weight = masked.double()
-        self.sums[stage] += keyed.double() * weight[:, None]
+        self.sums[stage] += keyed.double() * self.predictor.to_model(weight)[:, None]
         self.counts[stage] += weight
         self.steps[stage].append(step)
 
     def result(self) -> AttentionStages:
+        sums = self.sums.cpu()
         matrix = []
-        for stage in range(3):
-            mean = (self.sums[stage] / self.counts[stage].clamp(min=1)[:, None]).float()
-            matrix.append([[round(float(v), 5) for v in row] if self.counts[stage, q] > 0 else None
+        for stage in range(len(STAGES)):
+            mean = (sums[stage] / self.counts[stage].clamp(min=1)[:, None]).float()
+            matrix.append([[round(float(v), CONFIDENCE_DIGITS) for v in row] if self.counts[stage, q] > 0 else None
                            for q, row in enumerate(mean.tolist())])
         return AttentionStages(stages=list(STAGES), steps=self.steps, matrix=matrix)
 
 
-def generate(predictor: MaskPredictor, prompt: str, method: str = "dico", *, mode: str = "non-ar",
-             gen_length: int = 96, block_length: int | None = None, capture_attention: bool = False,
-             on_step: Callable[[Trace, Step], None] | None = None, should_stop: Callable[[], bool] | None = None,
-             **settings) -> Trace:
-    """Decode ``prompt`` with ``method`` and return the full step trace.
+class Decoding:
+    """One prompt being decoded: its ids, masks, window, rule state and trace, advanced one step at a time.
 
-    ``settings`` go to the rule (e.g. ``threshold=0.9`` for fast, ``tau1=0.3, seeds=8`` for dico).
-    ``on_step(trace, step)`` is called after every step (streaming); ``should_stop()`` is polled
-    before every forward pass and raises ``Cancelled`` carrying the partial trace.
+    ``decode`` drives one Decoding with a forward pass per step; a batch driver can drive many with one
+    pass for all of them, handing each its own rows of the logits.
     """
-    prompt_ids = check_request(predictor, prompt, method, mode, gen_length, block_length)
-    rule = make_rule(method, mode, **settings)
-    if mode == "non-ar":
-        block_length = None
-    if capture_attention and not predictor.supports_attention:
-        raise ValueError(f"capture_attention: model {predictor.name!r} does not return attention maps")
-    n, m = gen_length, len(prompt_ids)
-    ids = torch.tensor([prompt_ids + [predictor.mask_id] * n], dtype=torch.long)   # 1, m + n
-    masked = torch.ones(n, dtype=torch.bool)
-    trace = Trace(model=predictor.name, method=method, mode=mode, settings=rule_settings(rule), prompt=prompt,
-                  prompt_length=m, gen_length=n, block_length=block_length)
-    vocab: dict[int, str] = {}
-    attention = _AttentionAccumulator(m, n) if capture_attention else None
-    width = block_length or n
-    start_time = time.perf_counter()
-    for start in range(0, n, width):
-        window = (start, min(start + width, n))
-        rule.reset()
-        while masked[window[0]:window[1]].any():
-            if should_stop is not None and should_stop():
-                trace.stopped = True
-                _finish(trace, predictor, ids[0, m:], vocab, start_time, attention)
-                raise Cancelled(trace)
+
+    def __init__(self, predictor: MaskPredictor, prompt: str, method: str = "dico", *, mode: str = NON_AR,
+                 gen_length: int = DEFAULT_GEN_LENGTH, block_length: int | None = DEFAULT_BLOCK_LENGTH,
+                 settings: Settings | dict | None = None, capture_attention: bool = False):
+        block_length = block_length if mode == SEMI_AR else None
+        prompt_ids = check_request(predictor, prompt, method, mode, gen_length, block_length)
+        self.rule = make_rule(method, mode, settings)
+        if capture_attention and not predictor.supports_attention:
+            raise ValueError(f"capture_attention: model {predictor.name!r} does not return attention maps")
+        self.predictor = predictor
+        self.m, self.n = len(prompt_ids), gen_length
+        self.ids = torch.tensor([prompt_ids + [predictor.mask_id] * gen_length], dtype=torch.long)   # 1, m + n (CPU)
+        self.masked = torch.ones(gen_length, dtype=torch.bool)                                        # n
+        settings_record = self.rule.settings.to_dict()
+        if method == "dico":
+            settings_record["seeds"] = self.rule.n_seeds      # the N in effect for this mode
+        self.trace = Trace(model=predictor.name, method=method, mode=mode, settings=settings_record, prompt=prompt,
+                           prompt_length=self.m, gen_length=gen_length, block_length=block_length,
+                           device=str(predictor.device))
+        self.attention = AttentionAccumulator(predictor, self.m, gen_length) if capture_attention else None
+        self.width = block_length or gen_length
+        self.window: tuple[int, int] | None = None
+        self.vocab: dict[int, str] = {}
+        self.started = time.perf_counter()
+        self.finished = False
+        self._open_window()
+
+    @property
+    def done(self) -> bool:
+        return not bool(self.masked.any())
+
+    def _open_window(self) -> None:
+        """Move to the first window that still has masks (semi-AR blocks left to right) and restart the rule."""
+        start = 0 if self.window is None else self.window[1]
+        while start < self.n and not self.masked[start:start + self.width].any():
+            start += self.width
+        if start < self.n:
+            self.window = (start, min(start + self.width, self.n))
+            self.rule.start(self.window)
+
+    def step(self, logits: torch.Tensor, attentions=None, forward_s: float = 0.0) -> Step:
+        """Advance by one step given this pass's logits over the whole sequence (l, v), on the model's device."""
+        t1 = time.perf_counter()
+        conf, pred, margin = score(logits[self.m:self.m + self.n], self.predictor.mask_id)
+        choice = self.rule.choose(Scores(conf, pred, margin, self.masked, self.window))
+        commit = torch.tensor(sorted(set(choice.commit)), dtype=torch.long)
+        if commit.numel() == 0 or not self.masked[commit].all():
+            raise RuntimeError(f"rule {self.trace.method} chose no or already decoded positions: {choice.commit}")
+        t2 = time.perf_counter()
+        if self.attention is not None:
+            self.attention.add(len(self.trace.steps), attentions, self.masked, 1.0 - self.masked.float().mean().item())
+        step = self._record(choice, commit, conf, pred, forward_s, t2 - t1)
+        if not self.masked[self.window[0]:self.window[1]].any():
+            self._open_window()
+        if self.done:
+            self.close()
+        return step
+
+    def _record(self, choice: Choice, commit: torch.Tensor, conf, pred, forward_s: float, select_s: float) -> Step:
+        masked = self.masked.tolist()
+        tokens = pred[commit]
+        self.ids[0, self.m + commit] = tokens
+        self.masked[commit] = False
+        step = Step(index=len(self.trace.steps), phase=choice.phase, window=list(self.window),
+                    committed=commit.tolist(), tokens=tokens.tolist(),
+                    confidence=_masked_list(conf, masked), prediction=[p if keep else None
+                                                                       for p, keep in zip(pred.tolist(), masked)],
+                    seeds=choice.seeds, clusters=choice.clusters,
+                    unmasked_fraction=round(1.0 - self.masked.float().mean().item(), CONFIDENCE_DIGITS),
+                    guided_confidence=None if choice.guided is None else _masked_list(choice.guided, masked),
+                    guidance=None if choice.guidance is None else
+                    [round(w, CONFIDENCE_DIGITS) for w in choice.guidance.tolist()],
+                    forward_s=round(forward_s, 6), select_s=round(select_s, 6))
+        for token in set(step.prediction) - {None} - self.vocab.keys():
+            self.vocab[token] = self.predictor.token_text(token)
+        self.trace.steps.append(step)
+        self.trace.nfe = len(self.trace.steps)
+        return step
+
+    def close(self) -> Trace:
+        """Finish the trace (final text, answer length, timing); a run closed before the end is ``stopped``."""
+        if self.finished:
+            return self.trace
+        self.finished = True
+        trace, predictor = self.trace, self.predictor
+        trace.stopped = not self.done
+        trace.response = self.ids[0, self.m:].tolist()
+        for token in set(trace.response) - self.vocab.keys():
+            self.vocab[token] = predictor.token_text(token)
+        trace.vocab = {str(k): v for k, v in sorted(self.vocab.items())}
+        trace.text = predictor.decode(trace.response)
+        trace.nfe = len(trace.steps)
+        trace.wall_s = round(time.perf_counter() - self.started, 6)
+        decoded = sum(len(s.committed) for s in trace.steps)
+        trace.tokens_per_s = round(decoded / trace.wall_s, 3) if trace.wall_s > 0 else 0.0
+        trace.set_answer(predictor.answer_length(trace.response))
+        trace.attention = self.attention.result() if self.attention is not None else None
+        return trace
+
+
+def _masked_list(values: torch.Tensor, masked: list[bool]) -> list[float | None]:
+    return [round(v, CONFIDENCE_DIGITS) if keep else None for v, keep in zip(values.tolist(), masked)]
+
+
+def decode(predictor: MaskPredictor, prompt: str, method: str = "dico", **options) -> Generator[tuple[Trace, Step],
+                                                                                                 None, Trace]:
+    """Decode ``prompt`` one step at a time, yielding ``(trace, step)`` as each step is decided.
+
+    ``options`` are ``Decoding``'s (mode, gen_length, block_length, settings, capture_attention) plus any
+    setting of the method as a keyword (``tau1=0.4``). The generator returns the finished trace; closing
+    it early finishes the partial trace with ``stopped=True`` (the caller still holds it).
+    """
+    run = Decoding(predictor, prompt, method, **_split_settings(method, options))
+    try:
+        while not run.done:
             t0 = time.perf_counter()
-            logits, attn = predictor.forward(ids, attentions=capture_attention)
-            t1 = time.perf_counter()
-            response_logits = logits[0, m:]
-            response_logits[:, predictor.mask_id] = -torch.inf     # never "predict" a mask
-            conf, pred, margin = score(response_logits)
-            choice = rule.select(Scores(conf, pred, margin, masked, window))
-            commit = torch.tensor(sorted(set(choice.commit)), dtype=torch.long)
-            if commit.numel() == 0 or not masked[commit].all():
-                raise RuntimeError(f"rule {method} chose no or already decoded positions: {choice.commit}")
-            t2 = time.perf_counter()
-            if attention is not None:
-                attention.add(len(trace.steps), attn, masked, 1.0 - masked.float().mean().item())
-            tokens = pred[commit]
-            conf_list = [round(c, 5) if keep else None for c, keep in zip(conf.tolist(), masked.tolist())]
-            pred_list = [p if keep else None for p, keep in zip(pred.tolist(), masked.tolist())]
-            ids[0, m + commit] = tokens
-            masked[commit] = False
-            step = Step(index=len(trace.steps), phase=choice.phase, window=list(window), committed=commit.tolist(),
-                        tokens=tokens.tolist(), confidence=conf_list, prediction=pred_list, seeds=choice.seeds,
-                        clusters=choice.clusters, unmasked_fraction=round(1.0 - masked.float().mean().item(), 5),
-                        forward_s=round(t1 - t0, 6), select_s=round(t2 - t1, 6))
-            for token in set(pred_list) - {None} - vocab.keys():
-                vocab[token] = predictor.token_text(token)
-            trace.steps.append(step)
-            trace.nfe = len(trace.steps)
-            if on_step is not None:
-                on_step(trace, step)
-    _finish(trace, predictor, ids[0, m:], vocab, start_time, attention)
-    return trace
+            logits, attentions = predictor.forward(run.ids, attentions=run.attention is not None)
+            yield run.trace, run.step(logits[0], attentions, time.perf_counter() - t0)
+    finally:
+        run.close()
+    return run.trace
 
 
-def _finish(trace: Trace, predictor: MaskPredictor, response: torch.Tensor, vocab: dict, start_time: float,
-            attention: _AttentionAccumulator | None) -> None:
-    trace.response = response.tolist()
-    for token in set(trace.response) - vocab.keys():
-        vocab[token] = predictor.token_text(token)
-    trace.vocab = {str(k): v for k, v in sorted(vocab.items())}
-    trace.text = predictor.decode(trace.response)
-    trace.nfe = len(trace.steps)
-    trace.wall_s = round(time.perf_counter() - start_time, 6)
-    decoded = sum(len(s.committed) for s in trace.steps)
-    trace.tokens_per_s = round(decoded / trace.wall_s, 3) if trace.wall_s > 0 else 0.0
-    trace.attention = attention.result() if attention is not None else None
+def generate(predictor: MaskPredictor, prompt: str, method: str = "dico", **options) -> Trace:
+    """Decode ``prompt`` with ``method`` and return the full step trace (``decode``, drained)."""
+    steps = decode(predictor, prompt, method, **options)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            return end.value
+
+
+_OPTIONS = ("mode", "gen_length", "block_length", "settings", "capture_attention")
+
+
+def _split_settings(method: str, options: dict) -> dict:
+    """Keyword settings (``tau1=0.4``) folded into ``settings``, so both spellings reach the rule."""
+    loose = {k: v for k, v in options.items() if k not in _OPTIONS}
+    kept = {k: v for k, v in options.items() if k in _OPTIONS}
+    if loose:
+        base = kept.get("settings")
+        base = base.to_dict() if isinstance(base, Settings) else dict(base or {})
+        kept["settings"] = {**base, **loose}
+    return kept

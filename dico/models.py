@@ -47,12 +47,17 @@ class MaskPredictor:
     _spacing: str | None = field(default=None, repr=False)
     _stops: frozenset | None = field(default=None, repr=False)
 
+    def to_model(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The one way a CPU tensor reaches the model's device (tests emulate an accelerator by overriding it)."""
+        return tensor.to(self.device)
+
     @torch.no_grad()
     def forward(self, ids: torch.Tensor, attentions: bool = False):
-        """Logits (b, l, v) in float32 aligned to positions; with ``attentions``, the per-layer maps too."""
+        """Logits (b, l, v) aligned to positions, in the model's dtype and on its device; with ``attentions``,
+        the per-layer maps too. Scoring reduces them where they are (``dico.loop.score``)."""
         kwargs = {"output_attentions": True} if attentions and self.supports_attention else {}
-        out = self.model(input_ids=ids.to(self.device), **kwargs)
-        logits = out.logits.float()
+        out = self.model(input_ids=self.to_model(ids), **kwargs)
+        logits = out.logits
         if self.kind == "dream":   # Dream predicts position i at logits[i-1]; position 0 keeps its own
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
         return logits, (out.attentions if kwargs else None)
@@ -95,6 +100,11 @@ class MaskPredictor:
             ids = {getattr(self.tokenizer, "eos_token_id", None)} | {vocab[t] for t in END_TOKENS if t in vocab}
             self._stops = frozenset(int(i) for i in ids if i is not None)
         return set(self._stops)
+
+    def answer_length(self, ids) -> int:
+        """Positions before the first end-of-text token: the answer; the rest of the response is padding."""
+        stops = self.stop_ids()
+        return next((i for i, tid in enumerate(ids) if int(tid) in stops), len(ids))
 
     def decode(self, ids) -> str:
         """Response text up to the first end-of-text token, special tokens removed."""

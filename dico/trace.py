@@ -4,11 +4,16 @@ The trace is the one contract between the library, the figures and the app, and 
 download and upload, so its JSON form is versioned (``schema``) and round-trips losslessly:
 ``Trace.from_json(trace.to_json()) == trace``.
 
-JSON form, ``schema = "dico-trace/1"`` (positions are response offsets 0..gen_length-1)::
+JSON form, ``schema = "dico-trace/2"`` (positions are response offsets 0..gen_length-1; files of
+schema 1, without the answer fields, are still read and get them computed)::
 
-    {"schema": "dico-trace/1", "model": str, "method": str, "mode": "non-ar" | "semi-ar",
+    {"schema": "dico-trace/2", "model": str, "method": str, "mode": "non-ar" | "semi-ar",
      "settings": {...}, "prompt": str, "prompt_length": int, "gen_length": int,
      "block_length": int | null, "text": str, "nfe": int, "wall_s": float, "tokens_per_s": float,
+     "answer_length": int,              # positions before the first end-of-text token (the answer);
+                                        # the rest of the response is padding
+     "answer_nfe": int,                 # forward passes until the last answer position was committed
+     "device": str,                     # where the model ran ("cpu", "cuda:0", ...)
      "response": [int, ...],            # final token id at every response position
      "vocab": {"<id>": "<token text>"}, # display text of every token id the trace mentions, spaced so
                                         # that joining a response's tokens in order reads as text
@@ -22,20 +27,33 @@ JSON form, ``schema = "dico-trace/1"`` (positions are response offsets 0..gen_le
                 "prediction": [int | null] * gen_length,    # their argmax token ids
                 "seeds": [pos, ...], "clusters": [[start, end], ...],  # inclusive, after the step
                 "unmasked_fraction": float,  # share of the response decoded after this step
+                "guided_confidence": [float | null] * gen_length | null,  # DiCo Divide steps: the
+                                             # confidence times trajectory guidance that seeds were ranked by
+                "guidance": [float] * gen_length | null,   # that step's guidance weights w
                 "forward_s": float, "select_s": float}, ...]}  # model call; scoring + the rule's choice
 
-``confidence`` and ``prediction`` are null at positions already decoded before the step.
+``confidence`` and ``prediction`` are null at positions already decoded before the step. A commit
+at position p is an answer commit when p < answer_length, a padding commit otherwise
+(``Trace.answer_commits`` / ``Trace.padding_commits``).
 """
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-SCHEMA = "dico-trace/1"
+SCHEMA = "dico-trace/2"
+READABLE_SCHEMAS = ("dico-trace/1", SCHEMA)
 PHASES = ("vanilla", "fast", "divide", "conquer", "finalize")
 MODES = ("non-ar", "semi-ar")
 MAX_JSON_BYTES = 20 * 1024 * 1024
+BUNDLE_SCHEMA = "dico-bundle/1"      # the app's download: several traces of one run in one file
+MAX_BUNDLE_TRACES = 16
 STAGES = ("early", "middle", "late")
+# A trace can hold at most this many steps per response position (a sampler may waste passes; a
+# file claiming more is not a decode).
+MAX_STEPS_PER_POSITION = 16
+# Display texts of end-of-text tokens, to find where the answer ends in a schema-1 file.
+END_TEXTS = frozenset({"<|eot|>", "<|endoftext|>", "<|eot_id|>", "<|im_end|>", "</s>"})
 
 
 class TraceError(ValueError):
@@ -54,6 +72,8 @@ class Step:
     seeds: list[int] = field(default_factory=list)
     clusters: list[list[int]] = field(default_factory=list)
     unmasked_fraction: float = 0.0
+    guided_confidence: list[float | None] | None = None
+    guidance: list[float] | None = None
     forward_s: float = 0.0
     select_s: float = 0.0
 
@@ -88,6 +108,9 @@ class Trace:
     tokens_per_s: float = 0.0
     response: list[int] = field(default_factory=list)
     vocab: dict[str, str] = field(default_factory=dict)
+    answer_length: int = 0
+    answer_nfe: int = 0
+    device: str = "cpu"
     stopped: bool = False
     attention: AttentionStages | None = None
     steps: list[Step] = field(default_factory=list)
@@ -104,6 +127,30 @@ class Trace:
             for pos in step.committed:
                 when[pos] = step.index
         return when
+
+    def answer_commits(self, step: Step) -> list[int]:
+        """Positions this step committed inside the answer (before the first end-of-text)."""
+        return [p for p in step.committed if p < self.answer_length]
+
+    def padding_commits(self, step: Step) -> list[int]:
+        """Positions this step committed in the end-of-text padding after the answer."""
+        return [p for p in step.committed if p >= self.answer_length]
+
+    @property
+    def answer_tokens(self) -> int:
+        return self.answer_length
+
+    @property
+    def padding_tokens(self) -> int:
+        return self.gen_length - self.answer_length
+
+    def set_answer(self, answer_length: int) -> None:
+        """Record where the answer ends, and the forward pass that completed it."""
+        self.answer_length = answer_length
+        done = [s.index + 1 for s in self.steps if any(p < answer_length for p in s.committed)]
+        decoded = {p for s in self.steps for p in s.committed}
+        complete = all(p in decoded for p in range(answer_length))
+        self.answer_nfe = (max(done) if done else 0) if complete else self.nfe
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict:
@@ -178,12 +225,18 @@ def _parse_step(raw, i: int, n: int) -> Step:
             f"{where}.clusters", "must be a list of inclusive [start, end] response offsets")
     for key in ("unmasked_fraction", "forward_s", "select_s"):
         _expect(_is_num(raw.get(key, 0.0)), f"{where}.{key}", "must be a number")
+    for key in ("guided_confidence", "guidance"):
+        values = raw.get(key)
+        _expect(values is None or (isinstance(values, list) and len(values) == n
+                                   and all(v is None or _is_num(v) for v in values)),
+                f"{where}.{key}", f"must be null or {n} numbers (or nulls)")
     return Step(**{k: v for k, v in raw.items() if k in names})
 
 
 def _parse_trace(data) -> Trace:
     _expect(isinstance(data, dict), "trace", "must be a JSON object")
-    _expect(data.get("schema") == SCHEMA, "trace.schema", f"must be {SCHEMA!r} (got {data.get('schema')!r})")
+    _expect(data.get("schema") in READABLE_SCHEMAS, "trace.schema",
+            f"must be one of {', '.join(map(repr, READABLE_SCHEMAS))} (got {data.get('schema')!r})")
     required = ("model", "method", "mode", "settings", "prompt", "gen_length", "text", "nfe", "wall_s",
                 "tokens_per_s", "steps")
     missing = [k for k in required if k not in data]
@@ -197,7 +250,8 @@ def _parse_trace(data) -> Trace:
     _expect(_is_int(data["nfe"]) and data["nfe"] >= 0, "trace.nfe", "must be a non-negative integer")
     for key in ("wall_s", "tokens_per_s"):
         _expect(_is_num(data[key]) and data[key] >= 0, f"trace.{key}", "must be a non-negative number")
-    _expect(isinstance(data["steps"], list) and len(data["steps"]) <= 16 * n, "trace.steps", "must be a list of steps")
+    _expect(isinstance(data["steps"], list) and len(data["steps"]) <= MAX_STEPS_PER_POSITION * n,
+            "trace.steps", "must be a list of steps")
     vocab = data.get("vocab", {})
     _expect(isinstance(vocab, dict) and all(isinstance(v, str) for v in vocab.values()), "trace.vocab",
             "must map token ids to strings")
@@ -210,10 +264,19 @@ def _parse_trace(data) -> Trace:
     kwargs = {k: v for k, v in data.items() if k in names and k not in ("steps", "attention")}
     kwargs.setdefault("prompt_length", 0)
     kwargs.setdefault("block_length", None)
+    kwargs["schema"] = SCHEMA
     trace = Trace(**kwargs, attention=attention, steps=[_parse_step(s, i, n) for i, s in enumerate(data["steps"])])
     _expect(isinstance(trace.response, list) and len(trace.response) in (0, n), "trace.response",
             f"must have gen_length = {n} token ids")
     _check_story(trace)
+    if "answer_length" in data:
+        _expect(_is_int(trace.answer_length) and 0 <= trace.answer_length <= n, "trace.answer_length",
+                f"must be an integer in 0..{n}")
+        _expect(_is_int(trace.answer_nfe) and 0 <= trace.answer_nfe <= trace.nfe, "trace.answer_nfe",
+                "must be an integer in 0..nfe")
+    else:       # schema 1: the answer ends at the first end-of-text token of the response
+        ends = [p for p, tok in enumerate(trace.response) if trace.token_text(tok).strip() in END_TEXTS]
+        trace.set_answer(ends[0] if ends else (n if trace.response else 0))
     return trace
 
 
@@ -241,3 +304,47 @@ def _check_story(trace: Trace) -> None:
                 row is None or (isinstance(row, list) and len(row) == n + 1 and all(_is_num(v) and v >= 0 for v in row))
                 for row in rows), f"trace.attention.matrix[{stage}]",
                 f"must have {n} rows of {n + 1} non-negative numbers (or null)")
+
+
+# ---------------------------------------------------------------------- bundles (the app's download)
+
+def bundle_json(traces: list[Trace]) -> str:
+    """The download: {"schema": "dico-bundle/1", "traces": [trace JSON, ...]}."""
+    return json.dumps({"schema": BUNDLE_SCHEMA, "traces": [t.to_dict() for t in traces]}, separators=(",", ":"))
+
+
+def read_traces(data: bytes | str) -> list[Trace]:
+    """Traces from an uploaded file: a bundle, one trace, or a JSON list of traces. Errors name the field."""
+    if len(data) > MAX_JSON_BYTES:
+        raise TraceError(f"file: is {len(data) / 2**20:.1f} MiB, over the {MAX_JSON_BYTES // 2**20} MiB limit")
+    if not data.strip():
+        raise TraceError("file: is empty")
+    try:
+        raw = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceError(f"file: not valid JSON ({exc}); expected a trace or a bundle downloaded from this app") \
+            from None
+    if isinstance(raw, dict) and raw.get("schema") == BUNDLE_SCHEMA:
+        items = raw.get("traces")
+        if not isinstance(items, list) or not items:
+            raise TraceError("bundle.traces: must be a non-empty list of traces")
+        where = "bundle.traces"
+    elif isinstance(raw, dict) and raw.get("schema") in READABLE_SCHEMAS:
+        items, where = [raw], None
+    elif isinstance(raw, list) and raw:
+        items, where = raw, "traces"
+    else:
+        got = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
+        raise TraceError(f"file.schema: expected {BUNDLE_SCHEMA!r} (a bundle of traces) or {SCHEMA!r} (one trace), "
+                         f"got {got!r}")
+    if len(items) > MAX_BUNDLE_TRACES:
+        raise TraceError(f"{where}: holds {len(items)} traces, at most {MAX_BUNDLE_TRACES} are replayed")
+    traces = []
+    for i, item in enumerate(items):
+        try:
+            traces.append(Trace.from_dict(item))
+        except TraceError as exc:
+            raise TraceError(f"{where}[{i}]: {exc}" if where else str(exc)) from None
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:   # shapes the schema check let through
+            raise TraceError(f"{where or 'trace'}[{i}]: malformed ({type(exc).__name__}: {exc})") from None
+    return traces

@@ -1,0 +1,195 @@
+"""Every setting, declared once: a dataclass field whose metadata generates the CLI option, the app's
+control, the validation and the settings table of the docs.
+
+    DiCoSettings.from_dict({"tau1": 0.4})       # unknown names and out-of-range values raise ValueError
+    for spec in specs(DiCoSettings): ...        # name, default, range, step, help, paper and code values
+
+Adding a setting is one field here plus its use in the rule; nothing else names it. This module is
+plain Python (no torch), so the app, the CLI and the figures can read it cheaply.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, asdict, dataclass, field, fields
+
+# Shared defaults of a decode (the CLI, the app, the benchmark and the golden traces all read these).
+MODES = ("non-ar", "semi-ar")
+NON_AR, SEMI_AR = MODES
+DEFAULT_GEN_LENGTH = 96
+DEFAULT_BLOCK_LENGTH = 32
+MAX_PROMPT_CHARS = 4000
+
+
+def setting(default, help: str, *, range: tuple | None = None, step: float | None = None, choices: tuple = (),
+            paper=None, code=None, open_low: bool = False):
+    """A field with what every consumer needs: ``range`` is inclusive (``open_low`` excludes its low end);
+    ``paper`` / ``code`` record the paper's and the authors' code values where they differ from the default."""
+    meta = dict(help=help, range=range, step=step, choices=tuple(choices), paper=paper, code=code, open_low=open_low)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One setting as the CLI, the UI and the docs see it."""
+    name: str
+    type: type
+    default: object
+    help: str
+    range: tuple | None
+    step: float | None
+    choices: tuple
+    paper: object
+    code: object
+    open_low: bool
+
+    def check(self, value):
+        """``value`` converted to the field's type, or ValueError naming the field and the allowed values."""
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"{self.name}: must be true or false, got {value!r}")
+            return value
+        if self.choices:
+            if value not in self.choices:
+                raise ValueError(f"{self.name}: must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{self.name}: must be a number, got {value!r}")
+        if self.type is int:
+            if float(value) != int(value):
+                raise ValueError(f"{self.name}: must be a whole number, got {value!r}")
+            value = int(value)
+        else:
+            value = float(value)
+        lo, hi = self.range
+        if value < lo or value > hi or (self.open_low and value == lo):
+            raise ValueError(f"{self.name}: must be in {self.interval()}, got {value!r}")
+        return value
+
+    def interval(self) -> str:
+        lo, hi = self.range
+        return f"{'(' if self.open_low else '['}{lo}, {hi}]"
+
+
+def specs(cls) -> list[Spec]:
+    """The settings of a settings class, in declaration order."""
+    out = []
+    for f in fields(cls):
+        kind = {"bool": bool, "int": int, "float": float, "str": str}[f.type if isinstance(f.type, str) else
+                                                                        f.type.__name__]
+        default = f.default if f.default is not MISSING else None
+        out.append(Spec(f.name, kind, default, **f.metadata))
+    return out
+
+
+class Settings:
+    """Base of every method's settings: checked on construction, built from a plain dict."""
+
+    def __post_init__(self):
+        for spec in specs(type(self)):
+            object.__setattr__(self, spec.name, spec.check(getattr(self, spec.name)))
+
+    @classmethod
+    def from_dict(cls, values: dict | None = None):
+        values = dict(values or {})
+        known = [f.name for f in fields(cls)]
+        unknown = [k for k in values if k not in known]
+        if unknown:
+            what = f"known: {', '.join(known)}" if known else "it takes no settings"
+            raise ValueError(f"{unknown[0]}: not a setting of {cls.method!r} ({what})")
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------- the methods' settings
+
+@dataclass(frozen=True)
+class VanillaSettings(Settings):
+    """LLaDA's low-confidence remasking, one token a step."""
+    method = "vanilla"
+
+
+@dataclass(frozen=True)
+class FastSettings(Settings):
+    """Fast-dLLM's threshold rule."""
+    method = "fast"
+    threshold: float = setting(0.95, "commit every masked position whose confidence is above this",
+                               range=(0.0, 1.0), step=0.01, open_low=True, code=0.9)
+
+
+@dataclass(frozen=True)
+class FastFactorSettings(Settings):
+    """Fast-dLLM's factor rule."""
+    method = "fast-factor"
+    factor: float = setting(1.0, "f in (k + 1)(1 - c_k) < f: commit the top k positions", range=(0.0, 10.0),
+                            step=0.1, open_low=True)
+
+
+@dataclass(frozen=True)
+class DiCoSettings(Settings):
+    """Paper defaults (section 5.1); T_max, M and the 0.98 shortcut from the authors' code (spec, DiCo)."""
+    method = "dico"
+    alpha: float = setting(0.5, "trajectory guidance slope: w_min = min(1, beta + alpha * unmasked fraction)",
+                           range=(0.0, 1.0), step=0.01, open_low=True)
+    beta: float = setting(0.05, "trajectory guidance floor at the window end before anything is decoded",
+                          range=(0.0, 1.0), step=0.01, open_low=True)
+    tau1: float = setting(0.3, "Divide: a seed or cluster member needs guided confidence >= tau1",
+                          range=(0.0, 1.0), step=0.01, open_low=True)
+    tau2: float = setting(0.6, "cluster confidence that ends Divide; Conquer grows clusters above it, stops below",
+                          range=(0.0, 1.0), step=0.01, open_low=True)
+    tau3: float = setting(3.0, "Finalize: commit every masked position whose top1 - top2 logit margin exceeds this",
+                          range=(0.0, 50.0), step=0.1, open_low=True)
+    r_gate: float = setting(0.8, "after Conquer, go to Finalize once this fraction of the window is decoded",
+                            range=(0.0, 1.0), step=0.01, open_low=True)
+    seeds: int = setting(0, "N, the most seeds per Divide step; 0: the paper's 8 in non-AR, 4 in semi-AR",
+                         range=(0, 64), step=1, paper="8 non-AR / 4 semi-AR", code=4)
+    t_max: int = setting(10, "most Divide steps per round (T_max)", range=(1, 100), step=1)
+    gap: int = setting(2, "M: failing positions in a row a growing cluster may step over", range=(0, 32), step=1)
+    shortcut: float = setting(0.98, "Conquer and Finalize commit any position above this confidence at once",
+                              range=(0.0, 1.0), step=0.01, open_low=True)
+    guidance: bool = setting(True, "trajectory guidance (TG): favour positions near the start of what is masked",
+                             code="off in DiCoConfig(), on in run_dico.sh")
+    guidance_origin: str = setting("first-masked", "measure guidance from the first masked position (the code) "
+                                   "or the window start (the paper)", choices=("first-masked", "window-start"),
+                                   paper="window-start")
+    logit_margin: bool = setting(True, "Finalize by logit margin > tau3 (off: top-1 confidence only)")
+    conquer: str = setting("factor", "Conquer's rule: factor (adaptive per cluster) or a fixed threshold",
+                           choices=("factor", "threshold"))
+    conquer_threshold: float = setting(0.9, "Conquer's fixed threshold when the Conquer rule is 'threshold'",
+                                       range=(0.0, 1.0), step=0.01, open_low=True)
+
+    def seeds_for(self, mode: str) -> int:
+        """N in effect: the setting, or the paper's default for the mode."""
+        return self.seeds or (4 if mode == SEMI_AR else 8)
+
+
+SETTINGS = {cls.method: cls for cls in (VanillaSettings, FastSettings, FastFactorSettings, DiCoSettings)}
+METHODS = tuple(SETTINGS)
+METHOD_LABELS = {"vanilla": "Vanilla", "fast": "Fast-dLLM", "fast-factor": "Fast-dLLM (factor)", "dico": "DiCo"}
+
+# The paper's ablations (section 5.3) as variants of DiCo's settings: label -> changed settings.
+ABLATIONS = {
+    "tg": {"DiCo": {}, "DiCo w/o TG": {"guidance": False}},
+    "margin": {"DiCo": {}, "DiCo w/o logit margin": {"logit_margin": False}},
+    "seeds": {f"DiCo N={n}": {"seeds": n} for n in (2, 4, 6, 8, 10)},
+    "conquer": {"DiCo (factor Conquer)": {},
+                "DiCo (threshold 0.9 Conquer)": {"conquer": "threshold", "conquer_threshold": 0.9}},
+}
+
+
+def settings_for(method: str, values: dict | None = None) -> Settings:
+    """The checked settings of ``method`` from a plain dict (the app's and the CLI's one hand-over)."""
+    if method not in SETTINGS:
+        raise ValueError(f"method: unknown method {method!r}; choose from {', '.join(METHODS)}")
+    return SETTINGS[method].from_dict(values)
+
+
+def settings_table(method: str) -> str:
+    """A Markdown table of a method's settings (the About text and the README use it)."""
+    rows = ["| setting | default | range | paper / authors' code | what it does |", "|---|---|---|---|---|"]
+    for s in specs(SETTINGS[method]):
+        allowed = " / ".join(s.choices) if s.choices else ("on / off" if s.type is bool else s.interval())
+        origin = "; ".join(f"{k}: {v}" for k, v in (("paper", s.paper), ("code", s.code)) if v is not None) or "same"
+        rows.append(f"| `{s.name}` | {s.default} | {allowed} | {origin} | {s.help} |")
+    return "\n".join(rows)
