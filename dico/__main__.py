@@ -1,25 +1,18 @@
-"""Command line: ``python -m dico generate --prompt TEXT --method dico ...`` (``--help`` for every option)."""
+"""Command line: ``python -m dico generate --prompt TEXT --method dico ...`` (``--help`` for every option).
+
+Every method setting becomes an option generated from ``dico.settings``: ``--tau1 0.4``, ``--no-guidance``.
+"""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 
-from dico.rules import METHODS, DiCoSettings
+from dico.settings import (DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, MODES, NON_AR, SEMI_AR, SETTINGS,
+                           specs)
 
-_DICO_HELP = {
-    "alpha": "trajectory guidance slope: w_min = min(1, beta + alpha * unmasked fraction)",
-    "beta": "trajectory guidance floor (see alpha)",
-    "tau1": "Divide: a seed or cluster member needs guided confidence >= tau1",
-    "tau2": "cluster confidence density that ends Divide; Conquer grows clusters above it and stops below it",
-    "tau3": "Finalize: commit every masked position whose top1-top2 logit margin exceeds tau3",
-    "r_gate": "after Conquer, go to Finalize once this fraction of the window is decoded",
-    "seeds": "N, the most seeds per Divide step (default 8 non-AR, 4 semi-AR)",
-    "t_max": "most Divide steps per round",
-    "gap": "M, how many failing positions in a row a growing cluster may step over",
-    "shortcut": "Conquer and Finalize commit any position above this confidence at once",
-    "conquer_threshold": "Conquer's fixed threshold when --conquer threshold",
-}
+LAST_LINE = ("nfe=<int> answer_nfe=<int> answer_tokens=<int> padding_tokens=<int> tokens_per_s=<float> "
+             "wall_s=<float>")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,21 +22,65 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_settings_options(parser: argparse.ArgumentParser) -> None:
+    """One option per method setting, grouped by method; a name shared by methods is one option. Defaults stay
+    unset here, so the settings' own defaults apply and only what the user typed reaches validation."""
+    seen: set[str] = set()
+    for method, cls in SETTINGS.items():
+        fresh = [s for s in specs(cls) if s.name not in seen]
+        if not fresh:
+            continue
+        group = parser.add_argument_group(f"{method} settings (paper defaults unless given)")
+        for spec in fresh:
+            seen.add(spec.name)
+            origin = "; ".join(f"{k}: {v}" for k, v in (("paper", spec.paper), ("code", spec.code)) if v is not None)
+            text = f"{spec.help} (default {spec.default}" + (f"; {origin})" if origin else ")")
+            if spec.type is bool:
+                group.add_argument(_option(spec.name), action=argparse.BooleanOptionalAction, default=None,
+                                   help=text)
+            elif spec.choices:
+                group.add_argument(_option(spec.name), choices=spec.choices, default=None, help=text)
+            else:
+                group.add_argument(_option(spec.name), type=spec.type, default=None, metavar=spec.type.__name__.upper(),
+                                   help=f"{text}, in {spec.interval()}")
+
+
+def given_settings(args: argparse.Namespace) -> dict:
+    """The settings the user typed, checked against the chosen method (another method's option is an error)."""
+    mine = {s.name for s in specs(SETTINGS[args.method])}
+    out = {}
+    for spec in {s.name: s for cls in SETTINGS.values() for s in specs(cls)}.values():
+        value = getattr(args, spec.name, None)
+        if value is None:
+            continue
+        if spec.name not in mine:
+            raise ValueError(f"{spec.name}: not a setting of method {args.method!r} ({_option(spec.name)})")
+        out[spec.name] = value
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m dico", description="Decode with a diffusion LM (Vanilla, Fast-dLLM, DiCo) "
                                                         "and record every step.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gen = sub.add_parser("generate", help="decode one prompt and print the answer",
-                         description="Decode one prompt. The last line printed is "
-                                     "'nfe=<int> tokens_per_s=<float> wall_s=<float>'.")
+                         description=f"Decode one prompt. The last line printed is '{LAST_LINE}': the answer is the "
+                                     "response up to its first end-of-text token, the rest is padding, and answer_nfe "
+                                     "counts the forward passes until the answer was complete.")
     gen.add_argument("--prompt", required=True, help="the question or instruction")
     gen.add_argument("--method", choices=METHODS, default="dico",
                      help="vanilla: one token a step; fast: Fast-dLLM threshold; fast-factor: Fast-dLLM factor; "
                           "dico: divide, conquer, finalize (default)")
-    gen.add_argument("--mode", choices=("non-ar", "semi-ar"), default="non-ar",
+    gen.add_argument("--mode", choices=MODES, default=NON_AR,
                      help="non-ar: the whole answer is one window; semi-ar: blocks of --block-length left to right")
-    gen.add_argument("--gen-length", type=int, default=96, help="number of answer positions (default 96)")
-    gen.add_argument("--block-length", type=int, default=32, help="block size in semi-ar mode (default 32)")
+    gen.add_argument("--gen-length", type=int, default=DEFAULT_GEN_LENGTH,
+                     help=f"number of answer positions (default {DEFAULT_GEN_LENGTH})")
+    gen.add_argument("--block-length", type=int, default=DEFAULT_BLOCK_LENGTH,
+                     help=f"block size in semi-ar mode (default {DEFAULT_BLOCK_LENGTH})")
     gen.add_argument("--model", default=None,
                      help="hub id or local folder (default: the embedded model assets/dico-tiny)")
     gen.add_argument("--trust-remote-code", action="store_true",
@@ -52,35 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on cuda, fp32 on cpu)")
     gen.add_argument("--json", metavar="PATH", help="write the full step trace as JSON here")
     gen.add_argument("--capture-attention", action="store_true",
-                     help="record stage-averaged attention maps in the trace (plain masked LMs only)")
-    gen.add_argument("--threshold", type=float, help="fast: commit positions above this confidence (default 0.95)")
-    gen.add_argument("--factor", type=float, help="fast-factor: f in (k+1)(1-c_k) < f (default 1)")
-    dico = gen.add_argument_group("DiCo settings (paper defaults unless given)")
-    for name, text in _DICO_HELP.items():
-        kind = int if name in ("seeds", "t_max", "gap") else float
-        dico.add_argument("--" + name.replace("_", "-"), type=kind, help=text)
-    dico.add_argument("--no-guidance", action="store_true", help="turn trajectory guidance off")
-    dico.add_argument("--guidance-origin", choices=("first-masked", "window-start"),
-                      help="measure guidance from the first masked position (code) or the window start (paper)")
-    dico.add_argument("--no-logit-margin", action="store_true", help="Finalize by top-1 confidence (and the --shortcut) instead of the logit margin")
-    dico.add_argument("--conquer", choices=("factor", "threshold"), help="Conquer's rule (default factor)")
+                     help="record stage-averaged attention maps in the trace")
+    add_settings_options(gen)
     return parser
-
-
-def _settings(args) -> dict:
-    if args.method == "fast":
-        return {} if args.threshold is None else {"threshold": args.threshold}
-    if args.method == "fast-factor":
-        return {} if args.factor is None else {"factor": args.factor}
-    if args.method != "dico":
-        return {}
-    out = {name: getattr(args, name) for name in DiCoSettings.__dataclass_fields__
-           if getattr(args, name, None) is not None}
-    if args.no_guidance:
-        out["guidance"] = False
-    if args.no_logit_margin:
-        out["logit_margin"] = False
-    return out
 
 
 def main(argv=None) -> int:
@@ -88,16 +99,16 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     from dico.loop import check_inputs, generate
     from dico.models import load_model
-    from dico.rules import make_rule
-    block_length = args.block_length if args.mode == "semi-ar" else None
+    from dico.settings import settings_for
+    block_length = args.block_length if args.mode == SEMI_AR else None
     try:
         # refuse bad input before loading the model: a hub model can take minutes to download and load
         check_inputs(args.prompt, args.method, args.mode, args.gen_length, block_length)
-        make_rule(args.method, args.mode, **_settings(args))
+        settings = settings_for(args.method, given_settings(args))
         predictor = load_model(args.model, trust_remote_code=args.trust_remote_code, device=args.device,
                                dtype=args.dtype)
         trace = generate(predictor, args.prompt, args.method, mode=args.mode, gen_length=args.gen_length,
-                         block_length=block_length, capture_attention=args.capture_attention, **_settings(args))
+                         block_length=block_length, settings=settings, capture_attention=args.capture_attention)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -108,7 +119,8 @@ def main(argv=None) -> int:
         except OSError as exc:
             print(f"error: json: cannot write {args.json} ({exc.strerror or exc})", file=sys.stderr)
             return 2
-    print(f"nfe={trace.nfe} tokens_per_s={trace.tokens_per_s:.3f} wall_s={trace.wall_s:.3f}")
+    print(f"nfe={trace.nfe} answer_nfe={trace.answer_nfe} answer_tokens={trace.answer_tokens} "
+          f"padding_tokens={trace.padding_tokens} tokens_per_s={trace.tokens_per_s:.3f} wall_s={trace.wall_s:.3f}")
     return 0
 
 

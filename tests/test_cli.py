@@ -5,7 +5,6 @@ run side by side in one module fixture); every bad input and --help also run in-
 """
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import subprocess
@@ -13,21 +12,20 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path[:0] = [str(ROOT), str(HERE)]
+import pytest
+import torch
+from standins import tiny_model_folder
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+from dico.__main__ import build_parser, given_settings, main
+from dico.settings import SETTINGS, specs
+from dico.trace import Trace
 
 torch.set_num_threads(1)
-
-from dico.__main__ import build_parser, main  # noqa: E402
-from dico.trace import Trace  # noqa: E402
-from standins import tiny_model_folder  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "Tom has 5 apples . How many apples does Tom have now ?"
-LAST_LINE = re.compile(r"^nfe=(\d+) tokens_per_s=(\d+(?:\.\d+)?) wall_s=(\d+(?:\.\d+)?)$")
+NUMBER = r"(\d+(?:\.\d+)?)"
+LAST_LINE = re.compile(rf"^nfe=(\d+) answer_nfe=(\d+) answer_tokens=(\d+) padding_tokens=(\d+) "
+                       rf"tokens_per_s={NUMBER} wall_s={NUMBER}$")
 
 # name -> (arguments after "generate", the field the one-line error must name); {tiny} and {tmp} are filled in
 BAD_INPUTS = {
@@ -38,13 +36,15 @@ BAD_INPUTS = {
                                                  "--gen-length", "10", "--block-length", "4"], "block_length"),
     "missing model": (["--model", "{tmp}/no-such-model", "--prompt", PROMPT], "model"),
     "unknown method": (["--model", "{tiny}", "--prompt", PROMPT, "--method", "greedy"], "method"),
+    "another method's setting": (["--model", "{tiny}", "--prompt", PROMPT, "--method", "vanilla", "--tau1", "0.2"],
+                                 "tau1"),
+    "seeds over the range": (["--model", "{tiny}", "--prompt", PROMPT, "--seeds", "65"], "seeds"),
 }
 IN_A_SUBPROCESS = ("tau1 outside (0, 1]",)
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-m", "dico", *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
 
@@ -68,17 +68,26 @@ def results(tmp_path_factory) -> dict:
     return done
 
 
-def test_generate_prints_the_answer_then_nfe_tokens_per_s_and_wall_s(results):
+def test_generate_prints_the_answer_then_nfe_answer_and_padding_counts_and_timing(results):
     run = results["generate"]
     assert run.returncode == 0, run.stderr
     assert "Traceback" not in run.stderr
     lines = run.stdout.rstrip("\n").split("\n")
     match = LAST_LINE.match(lines[-1])
     assert match, lines[-1]
+    nfe, answer_nfe, answer_tokens, padding_tokens = (int(match.group(i)) for i in range(1, 5))
     trace = Trace.load(results["trace path"])
     assert "\n".join(lines[:-1]) == trace.text
-    assert int(match.group(1)) == trace.nfe == len(trace.steps)
-    assert float(match.group(3)) == pytest.approx(trace.wall_s, abs=1e-3)
+    assert nfe == trace.nfe == len(trace.steps)
+    assert answer_tokens + padding_tokens == trace.gen_length
+    assert float(match.group(6)) == pytest.approx(trace.wall_s, abs=1e-3)
+    # what the steps themselves show: the answer is complete after step answer_nfe - 1, and not before
+    answer = set(range(answer_tokens))
+    committed_by = [set(p for s in trace.steps[:k] for p in s.committed) for k in range(nfe + 1)]
+    assert answer <= committed_by[answer_nfe]
+    assert answer_nfe == 0 or not answer <= committed_by[answer_nfe - 1]
+    assert answer_tokens == trace.answer_length
+    assert all(set(trace.answer_commits(s)) | set(trace.padding_commits(s)) == set(s.committed) for s in trace.steps)
 
 
 def test_generate_json_writes_a_loadable_trace_with_the_settings_given(results):
@@ -116,21 +125,34 @@ def test_main_refuses_bad_input_with_code_2_and_one_error_line_naming_the_field(
     check_one_error_line(name, code, out.out, out.err)
 
 
-def _generate_parser() -> argparse.ArgumentParser:
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices["generate"]
+def _valid_other_value(spec):
+    """A value of the setting that is not its default, inside its range."""
+    if spec.type is bool:
+        return not spec.default
+    if spec.choices:
+        return next(c for c in spec.choices if c != spec.default)
+    lo, hi = spec.range
+    return spec.type(hi) if spec.default != hi else spec.type(lo + (hi - lo) / 2)
 
 
-def test_help_lists_every_option(capsys):
+@pytest.mark.parametrize("method", SETTINGS)
+def test_every_setting_of_a_method_is_an_option_that_reaches_the_method(method):
+    for spec in specs(SETTINGS[method]):
+        value = _valid_other_value(spec)
+        flag = "--" + spec.name.replace("_", "-")
+        argv = ["generate", "--prompt", "p", "--method", method] + (
+            [flag if value else "--no-" + spec.name.replace("_", "-")] if spec.type is bool else [flag, str(value)])
+        assert given_settings(build_parser().parse_args(argv)) == {spec.name: value}
+
+
+def test_help_explains_every_setting_and_the_last_line(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["generate", "--help"])
     assert exit_.value.code == 0
-    help_text = capsys.readouterr().out
-    options = [opt for action in _generate_parser()._actions for opt in action.option_strings if opt.startswith("--")]
-    assert len(options) > 20
-    missing = [opt for opt in options if not re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", help_text)]
-    assert not missing
-    assert "nfe=<int> tokens_per_s=<float> wall_s=<float>" in " ".join(help_text.split())   # the last line's form
+    help_text = " ".join(capsys.readouterr().out.split())
+    for spec in (s for cls in SETTINGS.values() for s in specs(cls)):
+        assert "--" + spec.name.replace("_", "-") in help_text and " ".join(spec.help.split()) in help_text
+    assert "nfe=<int> answer_nfe=<int> answer_tokens=<int> padding_tokens=<int>" in help_text
 
 
 def test_top_level_help_lists_the_generate_command(capsys):
