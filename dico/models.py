@@ -52,10 +52,18 @@ class MaskPredictor:
         return tensor.to(self.device)
 
     @torch.no_grad()
-    def forward(self, ids: torch.Tensor, attentions: bool = False):
+    def forward(self, ids: torch.Tensor, attentions: bool = False, attention_mask: torch.Tensor | None = None):
         """Logits (b, l, v) aligned to positions, in the model's dtype and on its device; with ``attentions``,
-        the per-layer maps too. Scoring reduces them where they are (``dico.loop.score``)."""
+        the per-layer maps too. Scoring reduces them where they are (``dico.loop.score``).
+
+        ``attention_mask`` (b, l; 1 = real token) lets a batch pad its rows on the right: positions keep
+        their ids, so each row's logits are those of its own sequence alone (``dico.batch``)."""
         kwargs = {"output_attentions": True} if attentions and self.supports_attention else {}
+        if attention_mask is not None:
+            mask = self.to_model(attention_mask)
+            if self.kind == "dream":   # Dream's code takes a 4-D boolean mask (b, 1, l, l); padded keys hidden
+                mask = mask.bool()[:, None, None, :].expand(-1, 1, mask.shape[1], -1)
+            kwargs["attention_mask"] = mask
         out = self.model(input_ids=self.to_model(ids), **kwargs)
         logits = out.logits
         if self.kind == "dream":   # Dream predicts position i at logits[i-1]; position 0 keeps its own
