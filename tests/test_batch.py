@@ -1,0 +1,83 @@
+"""Batched decoding: every row of a batch decodes exactly as its prompt alone, for every method and mode."""
+import pytest
+
+import dico
+from dico import tasks
+from dico.batch import decode_batch, generate_batch
+from dico.settings import METHODS, MODES
+
+GEN, BLOCK = 32, 16
+TIMING = ("wall_s", "tokens_per_s", "forward_s", "select_s")
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    return dico.load_model(attention=False)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    """Five held-out prompts of different token lengths, longest in the middle (rows pad to it)."""
+    items = tasks.make_split("word", "test", 3) + tasks.make_split("list", "test", 2)
+    return [item.prompt for item in items]
+
+
+def same_decode(trace) -> dict:
+    """A trace without its clocks: everything a decode decides (commits, tokens, scores, NFE, text)."""
+    data = trace.to_dict()
+    for key in TIMING[:2]:
+        data.pop(key)
+    for step in data["steps"]:
+        for key in TIMING[2:]:
+            step.pop(key)
+    return data
+
+
+def test_prompts_have_different_lengths(predictor, prompts):
+    assert len({len(predictor.encode_prompt(p)) for p in prompts}) >= 3
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("method", METHODS)
+def test_every_row_of_a_batch_decodes_as_its_prompt_alone(predictor, prompts, method, mode):
+    # batch_size 3 < 5 prompts: rows finish, leave, and waiting prompts join mid-run
+    batched = generate_batch(predictor, prompts, method, batch_size=3, mode=mode, gen_length=GEN, block_length=BLOCK)
+    assert [t.prompt for t in batched] == prompts
+    for prompt, trace in zip(prompts, batched):
+        alone = dico.generate(predictor, prompt, method, mode=mode, gen_length=GEN, block_length=BLOCK)
+        assert [s.committed for s in trace.steps] == [s.committed for s in alone.steps]
+        assert (trace.nfe, trace.answer_nfe, trace.text) == (alone.nfe, alone.answer_nfe, alone.text)
+        assert same_decode(trace) == same_decode(alone)
+
+
+def test_settings_reach_every_row_as_keywords(predictor, prompts):
+    loose = generate_batch(predictor, prompts[:2], "fast", batch_size=2, gen_length=GEN, threshold=0.5)
+    packed = generate_batch(predictor, prompts[:2], "fast", batch_size=2, gen_length=GEN,
+                            settings={"threshold": 0.5})
+    assert [t.settings["threshold"] for t in loose + packed] == [0.5] * 4
+    assert [same_decode(t) for t in loose] == [same_decode(t) for t in packed]
+
+
+def test_the_step_stream_names_each_row_and_closing_it_stops_the_unfinished(predictor, prompts):
+    steps = decode_batch(predictor, prompts, "vanilla", batch_size=2, gen_length=GEN)
+    seen = [next(steps) for _ in range(5)]
+    assert [index for index, _, _ in seen] == [0, 1, 0, 1, 0]
+    assert all(step.index == k // 2 for k, (_, _, step) in enumerate(seen))
+    first = seen[0][1]
+    steps.close()
+    assert first.stopped and first.nfe == 3
+
+
+def test_a_bad_prompt_fails_before_any_forward_pass(predictor, prompts):
+    with pytest.raises(ValueError, match="prompt"):
+        generate_batch(predictor, [prompts[0], ""], "dico", gen_length=GEN)
+    with pytest.raises(ValueError, match="batch_size"):
+        generate_batch(predictor, prompts, "dico", batch_size=0)
+
+
+def test_attention_maps_are_each_rows_own(prompts):
+    predictor = dico.load_model()
+    batched = generate_batch(predictor, prompts[:3], "dico", batch_size=3, gen_length=GEN, capture_attention=True)
+    for prompt, trace in zip(prompts, batched):
+        alone = dico.generate(predictor, prompt, "dico", gen_length=GEN, capture_attention=True)
+        assert trace.attention == alone.attention
