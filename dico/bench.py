@@ -1,21 +1,24 @@
 """Benchmark: the paper's Table 1 and ablations, at small scale, on the embedded model.
 
-    python -m dico.bench                      # Table 1: every method x mode x task family
-    python -m dico.bench --quick              # a small subset, under a minute on 2 cores
-    python -m dico.bench ablation tg          # DiCo with and without trajectory guidance
+    python -m dico.bench                      # Table 1: every method x mode x family, gen 96/32 and 256/128
+    python -m dico.bench --quick              # 4 items per family at gen 96 only, about a minute on 2 cores
+    python -m dico.bench ablation tg          # DiCo with and without trajectory guidance (dico.settings.ABLATIONS)
     python -m dico.bench ablation margin      # Finalize with and without the logit margin
     python -m dico.bench ablation seeds       # N in {2, 4, 6, 8, 10}
     python -m dico.bench ablation conquer     # adaptive (factor) vs fixed-threshold Conquer
+    python -m dico.bench throughput           # tokens/s at batch 1, 8 and 32 on the same items, side by side
     python -m dico.bench speed                # selection time per step against the forward pass, gen_length 256
     python -m dico.bench readme               # rewrite README's benchmark block from assets/bench
 
-Every speed-up is measured against Vanilla in the same run, on the same items, one after the
-other (NFE ratio and wall-clock tokens/s ratio), never against a number from another run.
+Every speed-up is measured against Vanilla in the same run, on the same items and at the same batch size
+(NFE, answer NFE and wall-clock tokens/s ratios), never against a number from another run. Items are
+decoded in batches (``dico.batch``), which commit exactly what decoding each item alone commits.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import sys
 import time
@@ -23,91 +26,167 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dico import tasks
+from dico.settings import ABLATIONS, METHOD_LABELS, METHODS, MODES, SEMI_AR
 
-# The paper decodes 256 positions in blocks of 32 with LLaDA-8B; our answers are 20-70 tokens, so
-# the same shape (answer well inside the window, 3 blocks in semi-AR) is 96 positions in blocks of 32.
-GEN_LENGTH = 96
-BLOCK_LENGTH = 32
-# 40 items per family: one item is 2.5 points of accuracy (20 gave 5-point steps that hid the ordering).
-FULL_ITEMS = 40
+# (gen_length, semi-AR block_length): ours, sized to the embedded model's 20-70-token answers (three blocks
+# in semi-AR), and the paper's (section 5.1: 256 positions, semi-AR blocks of 128).
+LENGTHS = ((96, 32), (256, 128))
+# 200 items per family: a 95% interval of about +-5 points around 85% (40 gave +-11).
+FULL_ITEMS = 200
 QUICK_ITEMS = 4
+BATCH_SIZE = 8
+THROUGHPUT_BATCHES = (1, 8, 32)
+Z95 = 1.959964
 
-TABLE = [("Vanilla", "vanilla", {}), ("Fast-dLLM (0.95)", "fast", {"threshold": 0.95}),
-         ("Fast-dLLM (factor)", "fast-factor", {"factor": 1.0}), ("DiCo", "dico", {})]
-ABLATIONS = {
-    "tg": [("DiCo", "dico", {}), ("DiCo w/o TG", "dico", {"guidance": False})],
-    "margin": [("DiCo", "dico", {}), ("DiCo w/o logit margin", "dico", {"logit_margin": False})],
-    "seeds": [(f"DiCo N={n}", "dico", {"seeds": n}) for n in (2, 4, 6, 8, 10)],
-    "conquer": [("DiCo (factor Conquer)", "dico", {}),
-                ("DiCo (threshold 0.9 Conquer)", "dico", {"conquer": "threshold", "conquer_threshold": 0.9})],
-}
-ABLATION_SCOPE = {"tg": (("word",), ("non-ar",)), "margin": (("word",), ("non-ar", "semi-ar")),
+TABLE = [(METHOD_LABELS[m], m, {}) for m in METHODS]     # every method at its paper settings
+ABLATION_SCOPE = {"tg": (("word",), ("non-ar",)), "margin": (("word",), MODES),
                   "seeds": (("word",), ("non-ar",)), "conquer": (("word",), ("non-ar",))}
-ROW_FIELDS = ("method", "mode", "task", "n", "accuracy", "nfe_mean", "tokens_per_s", "speedup_nfe", "speedup_wall")
+ROW_FIELDS = ("method", "label", "mode", "task", "n", "accuracy", "nfe_mean", "tokens_per_s", "speedup_nfe",
+              "speedup_wall")
+THROUGHPUT_FIELDS = ("method", "label", "batch_size", "n", "tokens_per_s", "speedup_batch")
+
+
+def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion: stays inside [0, 1] and is honest at 0% and 100%."""
+    if n == 0:
+        return 0.0, 1.0
+    p = correct / n
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))
 
 
 @dataclass
 class Cell:
+    """One table cell: a config decoding one family's items at one length and mode, as one batched run."""
     label: str
     method: str
     settings: dict
     mode: str
     task: str
+    gen_length: int
+    block_length: int | None
     correct: int = 0
     n: int = 0
     nfe: int = 0
-    tokens: int = 0
+    answer_nfe: int = 0
     wall: float = 0.0
 
 
-def run(predictor, configs, families, modes, n_items: int, gen_length: int, block_length: int, progress=True):
-    """Decode every item with every config (Vanilla first, as the reference) and return the rows."""
+def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batch_size: int = BATCH_SIZE,
+        progress: bool = True) -> list[dict]:
+    """Decode every item with every config (Vanilla first, as the reference) and return one row per cell."""
     from tqdm import tqdm
 
-    from dico.loop import generate
+    from dico.batch import decode_batch
 
-    configs = [("Vanilla", "vanilla", {})] + [c for c in configs if c[1] != "vanilla"]
-    cells = {(label, mode, family): Cell(label, method, settings, mode, family)
-             for family in families for mode in modes for label, method, settings in configs}
+    configs = [TABLE[0]] + [c for c in configs if c[1] != "vanilla"]
     items = {family: tasks.make_split(family, "test", n_items) for family in families}
-    bar = tqdm(total=len(cells) * n_items, desc="bench", unit="run", disable=not progress, dynamic_ncols=True)
-    for family in families:
-        for item in items[family]:
-            for mode in modes:
-                for label, method, settings in configs:
-                    trace = generate(predictor, item.prompt, method, mode=mode, gen_length=gen_length,
-                                     block_length=block_length if mode == "semi-ar" else None, **settings)
-                    cell = cells[(label, mode, family)]
-                    cell.n += 1
-                    cell.correct += tasks.check(item, trace.text)
-                    cell.nfe += trace.nfe
-                    cell.tokens += gen_length
-                    cell.wall += trace.wall_s
-                    bar.update(1)
-                    bar.set_postfix_str(f"{family} {mode} {label}", refresh=False)
+    cells = [Cell(label, method, settings, mode, family, gen, block if mode == SEMI_AR else None)
+             for family in families for gen, block in lengths for mode in modes for label, method, settings in configs]
+    bar = tqdm(total=len(cells) * n_items, desc="bench", unit="decode", disable=not progress, dynamic_ncols=True)
+    for cell in cells:
+        bar.set_postfix_str(f"{cell.task} {cell.gen_length} {cell.mode} {cell.label}", refresh=True)
+        start = time.perf_counter()
+        runs = decode_batch(predictor, [item.prompt for item in items[cell.task]], cell.method, batch_size=batch_size,
+                            mode=cell.mode, gen_length=cell.gen_length, block_length=cell.block_length,
+                            settings=cell.settings)
+        while True:
+            try:
+                _, _, step = next(runs)
+            except StopIteration as end:
+                traces = end.value
+                break
+            bar.update(step.unmasked_fraction == 1.0)          # a row just finished
+        cell.wall = time.perf_counter() - start
+        cell.n = len(traces)
+        cell.correct = sum(tasks.check(item, trace.text) for item, trace in zip(items[cell.task], traces))
+        cell.nfe = sum(trace.nfe for trace in traces)
+        cell.answer_nfe = sum(trace.answer_nfe for trace in traces)
     bar.close()
+    ref = {(c.task, c.gen_length, c.mode): c for c in cells if c.label == TABLE[0][0]}
+    return [_row(c, ref[(c.task, c.gen_length, c.mode)], batch_size) for c in cells]
+
+
+def _row(cell: Cell, ref: Cell, batch_size: int) -> dict:
+    tps = cell.n * cell.gen_length / cell.wall if cell.wall else 0.0
+    ref_tps = ref.n * ref.gen_length / ref.wall if ref.wall else 0.0
+    low, high = wilson(cell.correct, cell.n)
+    return {"method": cell.method, "label": cell.label, "mode": cell.mode, "task": cell.task,
+            "gen_length": cell.gen_length, "block_length": cell.block_length, "batch_size": batch_size,
+            "n": cell.n, "correct": cell.correct, "accuracy": round(cell.correct / cell.n, 4),
+            "accuracy_low": round(low, 4), "accuracy_high": round(high, 4),
+            "nfe_mean": round(cell.nfe / cell.n, 2), "answer_nfe_mean": round(cell.answer_nfe / cell.n, 2),
+            "tokens_per_s": round(tps, 1), "speedup_nfe": round(ref.nfe / cell.nfe, 2),
+            "speedup_answer_nfe": round(ref.answer_nfe / cell.answer_nfe, 2) if cell.answer_nfe else 0.0,
+            "speedup_wall": round(tps / ref_tps, 2) if ref_tps else 0.0, "settings": cell.settings}
+
+
+def throughput(predictor, n_items: int, batches=THROUGHPUT_BATCHES, gen_length: int = LENGTHS[0][0],
+               progress: bool = True) -> list[dict]:
+    """Tokens/s of every method at each batch size on the same items, one after the other; the decodes of
+    every batch size must agree (they are the same decodes, only grouped differently)."""
+    from tqdm import tqdm
+
+    from dico.batch import generate_batch
+
+    prompts = [item.prompt for family in tasks.FAMILIES for item in tasks.make_split(family, "test", n_items)]
     rows = []
-    for (label, mode, family), cell in cells.items():
-        ref = cells[("Vanilla", mode, family)]
-        tps = cell.tokens / cell.wall if cell.wall else 0.0
-        ref_tps = ref.tokens / ref.wall if ref.wall else 0.0
-        rows.append({"method": label, "mode": mode, "task": family, "n": cell.n,
-                     "accuracy": round(cell.correct / cell.n, 4), "nfe_mean": round(cell.nfe / cell.n, 2),
-                     "tokens_per_s": round(tps, 1), "speedup_nfe": round(ref.nfe / cell.nfe, 2),
-                     "speedup_wall": round(tps / ref_tps, 2) if ref_tps else 0.0,
-                     "settings": cell.settings})
+    bar = tqdm(total=len(TABLE) * len(batches), desc="throughput", unit="run", disable=not progress)
+    for label, method, settings in TABLE:
+        texts, base = None, None
+        for batch_size in batches:
+            start = time.perf_counter()
+            traces = generate_batch(predictor, prompts, method, batch_size=batch_size, gen_length=gen_length,
+                                    settings=settings)
+            tps = len(prompts) * gen_length / (time.perf_counter() - start)
+            if texts is None:
+                texts, base = [t.text for t in traces], tps
+            elif [t.text for t in traces] != texts:
+                raise RuntimeError(f"{label}: batch size {batch_size} decoded other texts than batch size {batches[0]}")
+            rows.append({"method": method, "label": label, "mode": "non-ar", "gen_length": gen_length,
+                         "batch_size": batch_size, "n": len(prompts), "tokens_per_s": round(tps, 1),
+                         "speedup_batch": round(tps / base, 2)})
+            bar.update(1)
+    bar.close()
     return rows
 
 
-def read_results(path) -> tuple[list[dict], dict]:
+def speed(predictor, n_items: int, gen_length: int = 256) -> list[dict]:
+    """Median forward and selection time per step for every method: the rules' own cost next to the model's."""
+    import statistics
+
+    from dico.loop import generate
+
+    rows = []
+    items = tasks.make_split("word", "test", n_items)
+    for label, method, settings in TABLE:
+        steps = [s for item in items for s in generate(predictor, item.prompt, method, gen_length=gen_length,
+                                                       settings=settings).steps]
+        forward = statistics.median(s.forward_s for s in steps)
+        select = statistics.median(s.select_s for s in steps)
+        rows.append({"method": method, "label": label, "gen_length": gen_length, "steps": len(steps),
+                     "forward_ms": round(1000 * forward, 3), "select_ms": round(1000 * select, 3),
+                     "select_share": round(select / forward, 4)})
+    return rows
+
+
+def read_results(path, fields=ROW_FIELDS) -> tuple[list[dict], dict]:
     """Rows and the run's own record (title, command, machine, seconds) of a ``--json`` file written by this
-    module, checked field by field (the app shows them)."""
+    module, checked field by field (the app shows them). Files from before rows carried ``label`` (their
+    ``method`` was the display label) are read with the method id restored."""
     data = json.loads(open(path, encoding="utf-8").read())
     rows = data.get("rows") if isinstance(data, dict) else None
     if not isinstance(rows, list) or not rows:
         raise ValueError(f"{path}: no benchmark rows")
+    by_label = {label: method for method, label in METHOD_LABELS.items()}
     for i, row in enumerate(rows):
-        missing = [k for k in ROW_FIELDS if k not in row]
+        if "label" not in row and isinstance(row, dict) and "method" in row:
+            row["label"] = row["method"]
+            label = row["label"]
+            row["method"] = by_label.get(label) or by_label.get(label.split(" (")[0]) or \
+                ("dico" if "DiCo" in label else label)
+            row.setdefault("gen_length", data.get("gen_length"))
+        missing = [k for k in fields if k not in row]
         if missing:
             raise ValueError(f"{path}: rows[{i}] misses {', '.join(missing)}")
     return rows, {k: v for k, v in data.items() if k != "rows"}
@@ -123,47 +202,57 @@ def machine() -> str:
             f", {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
 
 
-def speed(predictor, n_items: int, gen_length: int = 256) -> list[dict]:
-    """Median forward and selection time per step for every method: the rules' own cost next to the model's."""
-    import statistics
-
-    from dico.loop import generate
-
-    rows = []
-    items = tasks.make_split("word", "test", n_items)
-    for label, method, settings in TABLE:
-        steps = [s for item in items for s in generate(predictor, item.prompt, method, gen_length=gen_length,
-                                                       **settings).steps]
-        forward = statistics.median(s.forward_s for s in steps)
-        select = statistics.median(s.select_s for s in steps)
-        rows.append({"method": label, "gen_length": gen_length, "steps": len(steps),
-                     "forward_ms": round(1000 * forward, 3), "select_ms": round(1000 * select, 3),
-                     "select_share": round(select / forward, 4)})
-    return rows
+def _x(value, ratio) -> str:
+    return "-" if value is None else f"{value:.1f} ({ratio:.1f}x)"
 
 
 def markdown(rows, title: str) -> str:
-    """Rows laid out like the paper's Table 1: a row per task and method, a column pair per mode."""
-    modes = sorted({r["mode"] for r in rows}, key=["non-ar", "semi-ar"].index)
-    head = "| Task | Method | " + " | ".join(f"{m} accuracy | {m} NFE | {m} tokens/s (speed-up)" for m in modes) + " |"
-    lines = [f"**{title}**", "", head, "|" + "---|" * (2 + 3 * len(modes))]
-    index = {(r["task"], r["method"], r["mode"]): r for r in rows}
+    """Rows laid out like the paper's Table 1: a row per task, method and length, a column group per mode."""
+    modes = sorted({r["mode"] for r in rows}, key=list(MODES).index)
+    head = "| Task | Method | gen / block | " + " | ".join(
+        f"{m} accuracy (95% CI) | {m} NFE | {m} answer NFE | {m} tokens/s" for m in modes) + " |"
+    lines = [f"**{title}**", "", head, "|" + "---|" * (3 + 4 * len(modes))]
+    index = {(r["task"], r["label"], r.get("gen_length"), r["mode"]): r for r in rows}
     for task in dict.fromkeys(r["task"] for r in rows):
-        for method in dict.fromkeys(r["method"] for r in rows):
-            cells = []
-            for mode in modes:
-                r = index.get((task, method, mode))
-                cells += (["-"] * 3 if r is None else
-                          [f"{100 * r['accuracy']:.1f}%", f"{r['nfe_mean']:.1f} ({r['speedup_nfe']:.1f}x)",
-                           f"{r['tokens_per_s']:.0f} ({r['speedup_wall']:.1f}x)"])
-            lines.append(f"| {task} | {method} | " + " | ".join(cells) + " |")
+        for label in dict.fromkeys(r["label"] for r in rows):
+            for gen in dict.fromkeys(r.get("gen_length") for r in rows):
+                found = [index.get((task, label, gen, mode)) for mode in modes]
+                if not any(found):
+                    continue
+                block = next((r["block_length"] for r in found if r and r.get("block_length")), None)
+                cells = []
+                for r in found:
+                    if r is None:
+                        cells += ["-"] * 4
+                        continue
+                    ci = f" ({100 * r['accuracy_low']:.0f}-{100 * r['accuracy_high']:.0f})" if "accuracy_low" in r else ""
+                    cells += [f"{100 * r['accuracy']:.1f}%{ci}", _x(r["nfe_mean"], r["speedup_nfe"]),
+                              _x(r.get("answer_nfe_mean"), r.get("speedup_answer_nfe")),
+                              f"{r['tokens_per_s']:.0f} ({r['speedup_wall']:.1f}x)"]
+                shape = f"{gen} / {block}" if block else str(gen or "")
+                lines.append(f"| {task} | {label} | {shape} | " + " | ".join(cells) + " |")
     n = max(r["n"] for r in rows)
-    lines += ["", f"n = {n} held-out items per task; NFE speed-up = Vanilla NFE / method NFE; tokens/s speed-up "
-                  "against Vanilla in the same run."]
+    batch = rows[0].get("batch_size")
+    lines += ["", f"n = {n} held-out items per task; 95% Wilson interval in brackets; speed-ups (x) against Vanilla "
+                  "in the same run; answer NFE = forward passes until the last answer token was committed"
+                  + (f"; decoded {batch} prompts per forward pass." if batch else ".")]
     return "\n".join(lines)
 
 
-README_RESULTS = ("table1", "ablation_tg", "ablation_margin", "ablation_seeds", "ablation_conquer")
+def throughput_markdown(rows) -> str:
+    batches = list(dict.fromkeys(r["batch_size"] for r in rows))
+    lines = ["**Throughput by batch size**", "",
+             "| Method | " + " | ".join(f"batch {b} tokens/s" for b in batches) + " |", "|" + "---|" * (1 + len(batches))]
+    for label in dict.fromkeys(r["label"] for r in rows):
+        cells = {r["batch_size"]: r for r in rows if r["label"] == label}
+        lines.append(f"| {label} | " + " | ".join(f"{cells[b]['tokens_per_s']:.0f} ({cells[b]['speedup_batch']:.2f}x)"
+                                                  for b in batches) + " |")
+    lines += ["", f"The same {rows[0]['n']} held-out prompts (both families), gen {rows[0]['gen_length']} non-AR, at "
+                  "each batch size one after the other; (x) against batch 1; every batch size decoded the same texts."]
+    return "\n".join(lines)
+
+
+README_RESULTS = ("table1", "throughput", "ablation_tg", "ablation_margin", "ablation_seeds", "ablation_conquer")
 README_MARKERS = ("<!-- bench:start -->", "<!-- bench:end -->")
 
 
@@ -171,7 +260,9 @@ def readme_section(folder) -> str:
     """The README's benchmark block: every shipped table, each with the command, time and machine that made it."""
     parts = []
     for name in README_RESULTS:
-        _, run = read_results(Path(folder) / f"{name}.json")
+        if not (Path(folder) / f"{name}.json").exists():
+            continue
+        _, run = read_results(Path(folder) / f"{name}.json", THROUGHPUT_FIELDS if name == "throughput" else ROW_FIELDS)
         table = (Path(folder) / f"{name}.md").read_text().strip()
         parts.append(f"{table}\n\n`{run['command']}` ({run['seconds'] / 60:.1f} min on {run['machine']})")
     return "\n\n".join(parts)
@@ -183,18 +274,31 @@ def splice_readme(readme: str, section: str) -> str:
     return f"{head}{start}\n{section}\n{end}{rest.split(end, 1)[1]}"
 
 
+def _lengths(text: str) -> tuple[tuple[int, int], ...]:
+    try:
+        pairs = tuple(tuple(int(v) for v in part.split("/")) for part in text.split(",") if part)
+    except ValueError:
+        pairs = ()
+    if not pairs or any(len(p) != 2 or p[0] < 1 or p[1] < 1 or p[0] % p[1] for p in pairs):
+        raise ValueError(f"lengths: expected gen/block pairs like 96/32,256/128 (block dividing gen), got {text!r}")
+    return pairs
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dico.bench", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("what", nargs="*", default=[], help="'ablation tg|margin|seeds|conquer', 'speed', 'readme', or nothing for Table 1")
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK_ITEMS} items per task family")
+    parser.add_argument("what", nargs="*", default=[],
+                        help="'ablation tg|margin|seeds|conquer', 'throughput', 'speed', 'readme', or nothing for Table 1")
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_ITEMS} items per family, gen 96/32 only")
     parser.add_argument("--items", type=int, default=None, help=f"items per task family (default {FULL_ITEMS})")
     parser.add_argument("--model", default=None, help="hub id or folder (default: the embedded model)")
-    parser.add_argument("--gen-length", type=int, default=GEN_LENGTH)
-    parser.add_argument("--block-length", type=int, default=BLOCK_LENGTH)
+    parser.add_argument("--lengths", default=None, help="gen/block pairs decoded side by side "
+                        f"(default {','.join(f'{g}/{b}' for g, b in LENGTHS)}; ablations: the first)")
+    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="prompts per forward pass "
+                        f"(default {BATCH_SIZE}); decodes are identical at every batch size")
     parser.add_argument("--families", default=",".join(tasks.FAMILIES), help="comma-separated task families")
-    parser.add_argument("--modes", default="non-ar,semi-ar", help="comma-separated modes")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
     parser.add_argument("--json", metavar="PATH", help="write every row as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     parser.add_argument("--no-progress", action="store_true")
@@ -212,55 +316,66 @@ def main(argv=None) -> int:
         print("| Method | steps | forward ms (median) | selection ms (median) | selection / forward |")
         print("|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['method']} | {r['steps']} | {r['forward_ms']:.2f} | {r['select_ms']:.3f} | "
+            print(f"| {r['label']} | {r['steps']} | {r['forward_ms']:.2f} | {r['select_ms']:.3f} | "
                   f"{100 * r['select_share']:.1f}% |")
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump({"title": "speed", "rows": rows}, fh, indent=1)
         return 0
-    if args.what and not (len(args.what) == 2 and args.what[0] == "ablation" and args.what[1] in ABLATIONS):
-        print(f"error: what: expected nothing or 'ablation {{{','.join(ABLATIONS)}}}', got {' '.join(args.what)!r}",
-              file=sys.stderr)
+    known = args.what in ([], ["throughput"]) or (len(args.what) == 2 and args.what[0] == "ablation"
+                                                  and args.what[1] in ABLATIONS)
+    if not known:
+        print(f"error: what: expected nothing, 'throughput' or 'ablation {{{','.join(ABLATIONS)}}}', got "
+              f"{' '.join(args.what)!r}", file=sys.stderr)
         return 2
     n_items = args.items or (QUICK_ITEMS if args.quick else FULL_ITEMS)
     families = tuple(f for f in args.families.split(",") if f)
     modes = tuple(m for m in args.modes.split(",") if m)
-    if args.what:
+    if args.what[:1] == ["ablation"]:
         name = args.what[1]
-        configs, (families, modes) = ABLATIONS[name], ABLATION_SCOPE[name]
-        title = f"Ablation: {name}"
+        configs, (families, modes) = [(label, "dico", s) for label, s in ABLATIONS[name].items()], ABLATION_SCOPE[name]
+        title, default_lengths = f"Ablation: {name}", LENGTHS[:1]
     else:
         configs, title = TABLE, "Table 1 (small scale)"
+        default_lengths = LENGTHS[:1] if args.quick else LENGTHS
     try:
+        lengths = _lengths(args.lengths) if args.lengths else default_lengths
         if not 1 <= n_items <= tasks.TEST_SIZE:
             raise ValueError(f"items: must be in 1..{tasks.TEST_SIZE}, got {n_items}")
+        if args.batch_size < 1:
+            raise ValueError(f"batch_size: must be >= 1, got {args.batch_size}")
         for family in families:
             if family not in tasks.FAMILIES:
                 raise ValueError(f"families: unknown family {family!r}; choose from {', '.join(tasks.FAMILIES)}")
         from dico.models import load_model
         predictor = load_model(args.model, attention=False)
         where = machine()
-        print(f"{title}: model {predictor.name}, gen_length {args.gen_length}, block_length {args.block_length} "
-              f"(the paper's 256/32 scaled to answers of 20-70 tokens), {n_items} held-out items per task, "
-              f"on {where}", flush=True)
         start = time.time()
-        rows = run(predictor, configs, families, modes, n_items, args.gen_length, args.block_length,
-                   progress=not args.no_progress)
+        if args.what == ["throughput"]:
+            n_items = args.items or (2 if args.quick else 16)
+            print(f"throughput: model {predictor.name}, {2 * n_items} prompts, batch sizes "
+                  f"{', '.join(map(str, THROUGHPUT_BATCHES))}, on {where}", flush=True)
+            rows = throughput(predictor, n_items, gen_length=lengths[0][0], progress=not args.no_progress)
+            table, title = throughput_markdown(rows), "throughput"
+        else:
+            print(f"{title}: model {predictor.name}, gen/block {', '.join(f'{g}/{b}' for g, b in lengths)}, "
+                  f"{n_items} held-out items per task, batch size {args.batch_size}, on {where}", flush=True)
+            rows = run(predictor, configs, families, modes, n_items, lengths, args.batch_size,
+                       progress=not args.no_progress)
+            if args.what:
+                rows = [r for r in rows if r["label"] in ABLATIONS[args.what[1]]]
+            table = markdown(rows, title)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.what:
-        keep = {label for label, _, _ in configs}
-        rows = [r for r in rows if r["method"] in keep]
     seconds = round(time.time() - start)
-    table = markdown(rows, title)
     print(table)
     print(f"\n(ran in {seconds} s)")
     if args.json:
         command = "python -m dico.bench " + " ".join(argv if argv is not None else sys.argv[1:])
         with open(args.json, "w") as fh:
-            json.dump({"title": title, "model": predictor.name, "gen_length": args.gen_length,
-                       "block_length": args.block_length, "command": command.strip(), "machine": where,
+            json.dump({"title": title, "model": predictor.name, "lengths": [list(p) for p in lengths],
+                       "batch_size": args.batch_size, "command": command.strip(), "machine": where,
                        "seconds": seconds, "rows": rows}, fh, indent=1)
     if args.markdown:
         with open(args.markdown, "w") as fh:

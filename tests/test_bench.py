@@ -1,40 +1,63 @@
-"""The benchmark's --quick path on a tiny subset: rows have the documented fields and sane values."""
+"""The benchmark on a tiny subset: rows name the method and its label, carry answer NFE and a Wilson interval,
+and two lengths decode side by side in one run; the README shows exactly the shipped tables."""
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from dico.bench import ROW_FIELDS
+import pytest
+
+from dico.bench import ROW_FIELDS, read_results, wilson
+from dico.settings import METHOD_LABELS, METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_quick_bench_rows(tmp_path):
+def bench(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "dico.bench", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=timeout)
+
+
+def test_table1_rows_at_two_lengths_side_by_side(tmp_path):
     out, md = tmp_path / "rows.json", tmp_path / "table.md"
-    result = subprocess.run([sys.executable, "-m", "dico.bench", "--quick", "--items", "1", "--gen-length", "64",
-                             "--json", str(out), "--markdown", str(md), "--no-progress"],
-                            cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
-                            timeout=300)
+    result = bench("--items", "2", "--lengths", "32/16,48/16", "--batch-size", "2", "--json", str(out),
+                   "--markdown", str(md), "--no-progress")
     assert result.returncode == 0, result.stderr[-2000:]
-    rows = json.loads(out.read_text())["rows"]
-    assert {(r["method"], r["mode"], r["task"]) for r in rows} == {
-        (m, mode, t) for m in ("Vanilla", "Fast-dLLM (0.95)", "Fast-dLLM (factor)", "DiCo")
-        for mode in ("non-ar", "semi-ar") for t in ("word", "list")}
+    rows, run = read_results(out)
+    assert run["lengths"] == [[32, 16], [48, 16]] and run["batch_size"] == 2
+    assert {(r["method"], r["label"], r["mode"], r["task"], r["gen_length"]) for r in rows} == {
+        (m, METHOD_LABELS[m], mode, t, g) for m in METHODS for mode in ("non-ar", "semi-ar")
+        for t in ("word", "list") for g in (32, 48)}
     for r in rows:
-        assert set(ROW_FIELDS) <= r.keys()
-        assert r["n"] == 1 and 0 <= r["accuracy"] <= 1
-        assert 1 <= r["nfe_mean"] <= 64 and r["tokens_per_s"] > 0
-        assert r["speedup_nfe"] > 0 and r["speedup_wall"] > 0
-        if r["method"] == "Vanilla":
-            assert r["nfe_mean"] == 64 and r["speedup_nfe"] == 1.0
-    assert "| word | DiCo |" in md.read_text()
+        assert set(ROW_FIELDS) <= r.keys() and r["n"] == 2
+        assert r["block_length"] == (16 if r["mode"] == "semi-ar" else None)
+        assert r["accuracy_low"] <= r["accuracy"] <= r["accuracy_high"]
+        assert (r["accuracy_low"], r["accuracy_high"]) == tuple(round(v, 4) for v in wilson(r["correct"], 2))
+        assert 1 <= r["answer_nfe_mean"] <= r["nfe_mean"] <= r["gen_length"] and r["tokens_per_s"] > 0
+        assert min(r["speedup_nfe"], r["speedup_answer_nfe"], r["speedup_wall"]) > 0
+        if r["method"] == "vanilla":
+            assert r["nfe_mean"] == r["gen_length"] and r["speedup_nfe"] == r["speedup_answer_nfe"] == 1.0
+    table = md.read_text()
+    assert "| word | DiCo | 32 / 16 |" in table and "| word | DiCo | 48 / 16 |" in table
 
 
-def test_bench_refuses_unknown_ablation():
-    result = subprocess.run([sys.executable, "-m", "dico.bench", "ablation", "colour"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and "ablation" in result.stderr and "Traceback" not in result.stderr
+def test_wilson_interval_matches_the_textbook_values():
+    low, high = wilson(35, 40)
+    assert (round(low, 3), round(high, 3)) == (0.739, 0.945)
+    assert wilson(0, 10)[0] == 0.0 and wilson(10, 10)[1] == pytest.approx(1.0)
+
+
+def test_old_result_files_read_with_method_ids_and_labels():
+    rows, _ = read_results(ROOT / "assets" / "bench" / "table1.json")
+    assert all(r["method"] in METHODS for r in rows)
+    assert {r["method"]: r["label"] for r in rows}["fast-factor"] == "Fast-dLLM (factor)"
+
+
+@pytest.mark.parametrize("args", [("ablation", "colour"), ("--lengths", "96/40"), ("--batch-size", "0")])
+def test_bench_refuses_bad_requests_with_a_message(args):
+    result = bench(*args, timeout=120)
+    assert result.returncode == 2 and "error:" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_readme_shows_exactly_the_shipped_benchmark_tables_and_their_commands():
