@@ -5,7 +5,6 @@ The app fixtures import gradio lazily, so library and figure tests never pay for
 """
 import os
 import socket
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -18,7 +17,6 @@ for _key in ("HF_HUB_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 
@@ -36,6 +34,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until(condition, timeout: float = 60.0, what: str = "a condition"):
+    """Poll ``condition`` until it returns something truthy (returned), or fail after a generous deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="session")
 def app_module():
     """The app module, imported once per session (gradio takes seconds to import)."""
@@ -45,9 +55,10 @@ def app_module():
 
 @pytest.fixture(scope="session")
 def predictor(app_module):
-    """The app's shared embedded model (the same object the served app uses)."""
-    from dico.app_handlers import get_predictor
-    return get_predictor()
+    """The app's shared embedded model (the same object the served app uses), warmed up as at start."""
+    import dico_ui
+    dico_ui.warm_up()
+    return dico_ui.get_predictor()
 
 
 @pytest.fixture(scope="session")
@@ -55,20 +66,16 @@ def app_url(app_module, predictor):
     """The app served in-process on a free 127.0.0.1 port for the whole session."""
     demo = app_module.demo
     port = free_port()
-    demo.queue(max_size=64, default_concurrency_limit=2)
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **app_module.LAUNCH)
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 30
-    while True:
+
+    def answers():
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    break
+                return response.status == 200
         except OSError:
-            pass
-        if time.time() > deadline:
-            raise RuntimeError(f"the app did not answer at {url}")
-        time.sleep(0.2)
+            return False
+    wait_until(answers, 30, f"the app at {url}")
     yield url
     demo.close()
 

@@ -1,0 +1,13 @@
+"""DiCo Explorer's app layer: the Gradio page, its handlers, the race of methods and their streaming.
+
+    from dico_ui import build_demo, LAUNCH, QUEUE
+    build_demo().queue(**QUEUE).launch(**LAUNCH)
+
+``dico`` decodes and records traces, ``visuals`` draws them; this package wires them to a page and
+imports gradio (``dico`` never does).
+"""
+from dico_ui.models import get_predictor, warm_up  # noqa: F401  (first: `spaces` before torch on ZeroGPU)
+from dico_ui.layout import build_demo
+from dico_ui.serve import LAUNCH, QUEUE
+
+__all__ = ["LAUNCH", "QUEUE", "build_demo", "get_predictor", "warm_up"]

@@ -1,0 +1,172 @@
+"""The page, declared in one ``gr.Blocks`` block: prose and CSS come from ``assets/ui``, the settings
+controls are generated from ``dico.settings.specs``, the handlers live in ``dico_ui.handlers``."""
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from pathlib import Path
+
+import gradio as gr
+
+import visuals
+from dico.models import EMBEDDED_NAME
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHOD_LABELS, METHODS, MODES
+from dico_ui import handlers as h
+from dico_ui.models import model_choices
+from dico_ui.render import TABLE_COLUMNS, label
+from dico_ui.request import CONTROLS, DEFAULT_METHODS, MAX_GEN_LENGTH
+from dico_ui.text import prose
+
+# gradio 5.50 is pinned (see requirements.txt); its notices about gradio 6 APIs are noise here.
+warnings.filterwarnings("ignore", message=r".*Gradio 6\.0", category=DeprecationWarning)
+log = logging.getLogger("dico_ui")
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = json.loads((ROOT / "assets" / "examples.json").read_text())["examples"]
+BENCH_TABLE = ROOT / "assets" / "bench" / "table1.json"
+# Plots drawn while their tab was hidden keep plotly's default width; a tab switch sends a resize.
+RESIZE_PLOTS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 50); }"
+THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate",
+                       font=["ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"],
+                       font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"])
+
+
+def example_label(example: dict) -> str:
+    kind = {"word": "Word", "list": "List", "free": "Free"}.get(example.get("family"), "Example")
+    prompt = example["prompt"]
+    return f"{kind} · {prompt[:30].rstrip()}…" if len(prompt) > 32 else f"{kind} · {prompt}"
+
+
+def setting_control(method: str, spec):
+    """One settings control from its Spec: its range and help are the library's; values are checked by
+    ``spec.check`` when Run is pressed (a number box never clamps silently)."""
+    origin = "; ".join(f"{k}: {v}" for k, v in (("paper", spec.paper), ("authors' code", spec.code)) if v is not None)
+    kw = dict(label=f"{label(method)} · {spec.name}", elem_id=f"setting-{method}-{spec.name}",
+              info=spec.help + (f" ({origin})" if origin else ""))
+    if spec.type is bool:
+        return gr.Checkbox(spec.default, **kw)
+    if spec.choices:
+        return gr.Radio(list(spec.choices), value=spec.default, **kw)
+    kw["info"] += f"; allowed {spec.interval()}"
+    return gr.Number(spec.default, step=spec.step, **kw)
+
+
+def benchmark_view(path: Path = BENCH_TABLE) -> tuple:
+    """The shipped benchmark (``python -m dico.bench``) as a figure and its table; a notice if it is missing."""
+    from dico.bench import markdown, read_results
+    try:
+        rows, run = read_results(path)
+    except (OSError, ValueError) as exc:
+        log.warning("no benchmark to show: %s", exc)
+        return visuals.accuracy_nfe_figure([]), "No benchmark results are shipped with this copy."
+    measured = (f" It ran in {run['seconds'] / 60:.1f} minutes on {run['machine']}."
+                if "seconds" in run and "machine" in run else "")
+    return visuals.accuracy_nfe_figure(rows), (
+        markdown(rows, str(run.get("title", "benchmark"))) + f"\n\nRegenerate with "
+        f"`{run.get('command', 'python -m dico.bench')}`.{measured} The embedded model is small: its accuracy is its "
+        "own, not the paper's.")
+
+
+def build_demo() -> gr.Blocks:
+    with gr.Blocks(theme=THEME, css=prose("style.css"), title="DiCo Explorer", delete_cache=(1800, 3600)) as demo:
+        traces_state = gr.State([])
+        playing = gr.State(False)
+        gr.Markdown(prose("intro.md").replace("${embedded}", EMBEDDED_NAME), elem_id="intro")
+        with gr.Row(equal_height=False, elem_id="top"):
+            with gr.Column(scale=3, min_width=300):
+                prompt = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
+                                    placeholder="e.g. Tom has 5 apples. He buys 3 more apples. How many apples does "
+                                                "Tom have now?")
+                gr.Examples([[e["prompt"]] for e in EXAMPLES], inputs=[prompt], label="Examples",
+                            example_labels=[example_label(e) for e in EXAMPLES], examples_per_page=len(EXAMPLES),
+                            elem_id="examples")
+                with gr.Row(elem_id="run-row"):
+                    run_btn = gr.Button("Run", variant="primary", elem_id="run", scale=3, min_width=100)
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", scale=1, min_width=80)
+                status = gr.Markdown("Loading the example run…", elem_id="status")
+                answers = gr.HTML(elem_id="answers", padding=False)
+                with gr.Row(elem_id="replay-row"):
+                    speed = gr.Number(10, label="replay speed (steps per second)", elem_id="speed", min_width=160,
+                                      info=f"in (0, {h.MAX_SPEED}]")
+                    replay_btn = gr.Button("Replay the race", elem_id="replay-race", size="sm", min_width=140)
+                with gr.Row():
+                    download = gr.DownloadButton("Download traces (JSON)", elem_id="download", size="sm")
+                    upload = gr.UploadButton("Replay a trace file…", file_types=[".json"], type="filepath",
+                                             elem_id="upload", size="sm")
+            with gr.Column(scale=2, min_width=300):
+                model = gr.Dropdown(model_choices(), value=EMBEDDED_NAME, label="Model", elem_id="model")
+                model_note = gr.Markdown(elem_id="model-note")
+                mode = gr.Radio([("non-AR (whole response)", MODES[0]), ("semi-AR (blocks)", MODES[1])],
+                                value=MODES[0], label="Mode", elem_id="mode",
+                                info="non-AR decodes anywhere in the response; semi-AR block by block")
+                with gr.Row():
+                    gen_length = gr.Number(DEFAULT_GEN_LENGTH, label="gen_length", elem_id="gen-length", step=8,
+                                           info=f"response positions to fill, 1..{MAX_GEN_LENGTH}", min_width=140)
+                    block_length = gr.Number(DEFAULT_BLOCK_LENGTH, label="block_length", visible=False, step=4,
+                                             elem_id="block-length", info="semi-AR block; divides gen_length",
+                                             min_width=140)
+                methods = gr.CheckboxGroup([(METHOD_LABELS[m], m) for m in METHODS], value=list(DEFAULT_METHODS),
+                                           label="Methods to race", elem_id="methods")
+                capture_attention = gr.Checkbox(True, label="capture attention (DiCo run)",
+                                                info="record attention maps when the model returns them")
+                with gr.Accordion("Settings (generated from dico/settings.py)", open=False, elem_id="settings"):
+                    controls = [setting_control(method, spec) for method, spec in CONTROLS]
+        with gr.Tabs(elem_id="results"):
+            with gr.Tab("DiCo trajectory", id="trajectory-tab") as trajectory_tab:
+                trajectory = gr.Plot(show_label=False, elem_id="trajectory-plot")
+                with gr.Row(equal_height=False):
+                    phases = gr.Plot(show_label=False, elem_id="phase-plot", scale=3, min_width=300)
+                    gr.Markdown(prose("phases.md"), elem_classes="phase-note", min_height=0)
+                clusters = gr.Plot(show_label=False, elem_id="cluster-plot")
+            with gr.Tab("Comparison", id="comparison-tab") as comparison_tab:
+                table = gr.Dataframe(headers=list(TABLE_COLUMNS), label="Answer against padding, steps and speed-ups "
+                                     "(relative to Vanilla)", elem_id="comparison-table", interactive=False, wrap=True)
+                masked = gr.Plot(show_label=False, elem_id="masked-plot")
+                side_by_side = gr.Plot(show_label=False, elem_id="side-by-side-plot")
+            with gr.Tab("Attention", id="attention-tab") as attention_tab:
+                gr.Markdown("Where the still-masked positions of the DiCo run look, early, midway and late in "
+                            "decoding (averaged over layers and heads). Key 0 is the whole prompt.")
+                attention = gr.Plot(show_label=False, elem_id="attention-plot")
+            with gr.Tab("Step by step", id="step-tab") as step_tab:
+                step_run = gr.Radio([], label="Run", elem_id="step-run")
+                with gr.Row(equal_height=False, elem_id="step-controls"):
+                    step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="step-slider", interactive=False,
+                                     scale=6, min_width=200)
+                    play_btn = gr.Button(h.PLAY, elem_id="play", scale=1, min_width=100)
+                step_text = gr.HTML(elem_id="step-text", padding=False)
+                step_view = gr.Plot(show_label=False, elem_id="step-plot")
+                timer = gr.Timer(0.7, active=False)
+            with gr.Tab("Benchmark", id="bench-tab") as bench_tab:
+                bench_figure, bench_table = benchmark_view()
+                gr.Plot(bench_figure, show_label=False, elem_id="bench-plot")
+                gr.Markdown(bench_table, elem_id="bench-table")
+            with gr.Tab("About", id="about-tab"):
+                about = gr.Markdown(h.about_text([]), elem_id="about")
+        api_settings = gr.Textbox(visible=False)
+        api_run = gr.Button(visible=False)
+
+        outputs = [status, answers, trajectory, phases, clusters, side_by_side, masked, table, attention, step_run,
+                   step, step_view, step_text, download, about, traces_state]
+        base = [prompt, model, mode, gen_length, block_length, methods]
+        live = dict(show_progress="minimal", show_progress_on=[status], concurrency_limit=2, concurrency_id="decode")
+        runs = [run_btn.click(h.run_ui, base + [capture_attention] + controls, outputs, show_api=False, **live),
+                prompt.submit(h.run_ui, base + [capture_attention] + controls, outputs, show_api=False, **live),
+                api_run.click(h.run_api, base + [api_settings, capture_attention], outputs, api_name="run", **live),
+                replay_btn.click(h.replay_race, [traces_state, speed], [status, answers], show_api=False,
+                                 show_progress="hidden", concurrency_limit=4)]
+        stop_btn.click(h.stop, None, [status], cancels=runs, queue=False, show_api=False)
+        upload.upload(h.replay_upload, [upload], outputs, api_name="replay", show_progress="minimal")
+        step.change(h.show_step, [step_run, step, traces_state], [step_view, step_text], show_api=False,
+                    show_progress="hidden", concurrency_limit=4)
+        step_run.input(h.choose_run, [step_run, traces_state], [step, step_view, step_text], show_api=False,
+                       show_progress="hidden")
+        play_btn.click(h.toggle_play, [playing, step, step_run, traces_state], [timer, play_btn, playing, step],
+                       show_api=False, show_progress="hidden")
+        timer.tick(h.tick, [step, step_run, traces_state], [step, timer, play_btn, playing], show_api=False,
+                   show_progress="hidden", concurrency_limit=4)
+        model.input(h.choose_model, [model], [model, model_note], show_api=False)
+        mode.change(h.show_block_length, [mode], [block_length], show_api=False, queue=False)
+        demo.load(h.first_impression, None, outputs + [prompt], show_api=False)
+        for tab in (trajectory_tab, comparison_tab, attention_tab, step_tab, bench_tab):
+            tab.select(None, None, None, js=RESIZE_PLOTS, show_api=False, queue=False)
+    return demo

@@ -1,0 +1,96 @@
+"""The app's models: the embedded one (always works), the known hub models (need a GPU), one shared cache.
+
+A hub model that cannot be loaded raises ``ModelError`` with a message that says the embedded model keeps
+working; the cache never holds a half-loaded model.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+try:   # ZeroGPU wants `spaces` imported before torch; off ZeroGPU its decorator changes nothing
+    import spaces
+    gpu = spaces.GPU(duration=120)
+except Exception:  # noqa: BLE001 - any failure means "not on ZeroGPU"
+    def gpu(fn):
+        return fn
+
+from dico.models import EMBEDDED_NAME, MaskPredictor, ModelError, load_model
+
+log = logging.getLogger("dico_ui")
+
+# The hub models offered in the model menu; they need a GPU with about 20 GB of memory.
+HUB_MODELS = {"GSAI-ML/LLaDA-8B-Instruct": "LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B": "Dream-7B-Instruct"}
+WARM_UP_PROMPT = "Tom has 5 apples. He buys 3 more apples. How many apples does Tom have now?"
+WARM_UP_LENGTH = 8
+
+_models: dict[str, MaskPredictor] = {}
+_lock = threading.Lock()
+_warm: set[str] = set()
+
+
+def zero_gpu() -> bool:
+    """On Hugging Face ZeroGPU, CUDA appears only inside @spaces.GPU functions."""
+    return bool(os.environ.get("SPACES_ZERO_GPU"))
+
+
+def gpu_available() -> bool:
+    import torch
+    return torch.cuda.is_available() or zero_gpu()
+
+
+def model_choices() -> list[tuple[str, str]]:
+    gpu = gpu_available()
+    return [(f"{EMBEDDED_NAME} (embedded, runs anywhere)", EMBEDDED_NAME)] + \
+        [(f"{name} ({'GPU' if gpu else 'needs a GPU'})", hub_id) for hub_id, name in HUB_MODELS.items()]
+
+
+def get_predictor(name: str | None = None) -> MaskPredictor:
+    """The shared, loaded-once predictor for ``name`` (None: the embedded model, or $DICO_EMBEDDED_MODEL)."""
+    key = name or EMBEDDED_NAME
+    if key != EMBEDDED_NAME and key not in HUB_MODELS:
+        raise ModelError(f"model: {key!r} is not offered here; choose {EMBEDDED_NAME!r} or one of "
+                         f"{', '.join(HUB_MODELS)}")
+    if key in HUB_MODELS and not gpu_available():
+        raise ModelError(f"model: {HUB_MODELS[key]} cannot be loaded here: it needs a GPU with about 20 GB of "
+                         f"memory and this machine has none. The embedded model {EMBEDDED_NAME} keeps working.")
+    with _lock:       # one load per model, even when the first requests arrive together
+        if key not in _models:
+            source = (os.environ.get("DICO_EMBEDDED_MODEL") or None) if key == EMBEDDED_NAME else key
+            started = time.perf_counter()
+            try:
+                _models[key] = load_model(source, device="cuda" if zero_gpu() and key != EMBEDDED_NAME else None)
+            except ModelError as exc:
+                if key == EMBEDDED_NAME:
+                    raise
+                raise ModelError(f"{exc}. The embedded model {EMBEDDED_NAME} keeps working.") from None
+            log.info("loaded model %s in %.1f s", key, time.perf_counter() - started)
+        return _models[key]
+
+
+def describe(predictor: MaskPredictor) -> str:
+    """Where a model runs: device and dtype."""
+    dtype = getattr(predictor, "dtype", None)
+    if dtype is None:
+        dtype = next(iter(predictor.model.parameters())).dtype
+    return f"{predictor.name} on {predictor.device} ({str(dtype).replace('torch.', '')})"
+
+
+def warm_up(name: str | None = None) -> None:
+    """One short decode, so the first run's timing is not the cold start's (lazy inits, first kernels)."""
+    from dico.loop import generate
+    key = name or EMBEDDED_NAME
+    if key in _warm:
+        return
+    generate(get_predictor(key), WARM_UP_PROMPT, "vanilla", gen_length=WARM_UP_LENGTH)
+    mark_warm(key)
+
+
+def mark_warm(name: str | None = None) -> None:
+    _warm.add(name or EMBEDDED_NAME)
+
+
+def is_warm(name: str | None = None) -> bool:
+    return (name or EMBEDDED_NAME) in _warm

@@ -1,0 +1,222 @@
+"""The response at step k, drawn one way for the live race, the final answers and the step view; the
+status line, the comparison table and the "where the parallelism comes from" numbers of a run.
+
+Everything here reads traces only (a live, partial trace while decoding; a finished or uploaded one
+after), so a replayed run looks exactly like a live one.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dico.settings import METHOD_LABELS, METHODS
+from dico.trace import END_TEXTS, Trace
+from dico_ui.text import clean, isolated
+from visuals import METHOD_COLORS
+
+# Viridis stops, the colour scale of the trajectory figure: a token's colour reads the same in both.
+VIRIDIS = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0.75, (94, 201, 98)),
+           (1.0, (253, 231, 37)))
+MASK_SYMBOL = "▢"
+
+
+def label(method: str) -> str:
+    return METHOD_LABELS.get(method, method)
+
+
+def method_order(traces: list[Trace]) -> list[Trace]:
+    """Runs in the library's method order, so every table and race reads the same way."""
+    rank = {m: i for i, m in enumerate(METHODS)}
+    return sorted(traces, key=lambda t: rank.get(t.method, len(rank)))
+
+
+def conf_color(conf: float) -> tuple[str, str]:
+    """Background and text colour of a token committed at confidence ``conf`` (viridis)."""
+    conf = min(max(float(conf), 0.0), 1.0)
+    for (a, ca), (b, cb) in zip(VIRIDIS, VIRIDIS[1:]):
+        if conf <= b:
+            t = (conf - a) / (b - a)
+            rgb = [round(x + (y - x) * t) for x, y in zip(ca, cb)]
+            return "#{:02x}{:02x}{:02x}".format(*rgb), ("#000" if conf > 0.55 else "#fff")
+    return "#fde725", "#000"
+
+
+@dataclass
+class Cell:
+    """One response position at step k: committed (with the confidence it was committed at) or masked."""
+    pos: int
+    text: str | None          # None while masked
+    conf: float | None        # commit confidence, or the current confidence while masked
+    step: int | None          # index of the step that committed it
+    padding: bool             # at or after the answer's end (the first committed end-of-text)
+
+
+def cells(trace: Trace, k: int, token_text: Callable[[int], str] | None = None) -> list[Cell]:
+    """The response after step index ``k`` (-1: before the first step)."""
+    text_of = token_text or trace.token_text
+    k = min(k, len(trace.steps) - 1)
+    token, when, conf = {}, {}, {}
+    for step in trace.steps[:k + 1]:
+        for p, t in zip(step.committed, step.tokens):
+            token[p], when[p], conf[p] = t, step.index, step.confidence[p]
+    current = trace.steps[k].confidence if k >= 0 else [None] * trace.gen_length
+    texts = {p: text_of(t) for p, t in token.items()}
+    end = min((p for p, s in texts.items() if s.strip() in END_TEXTS), default=trace.gen_length)
+    return [Cell(p, texts.get(p), conf.get(p, current[p]), when.get(p), p >= end) for p in range(trace.gen_length)]
+
+
+def answer_complete(trace: Trace, k: int, token_text=None) -> int | None:
+    """Steps the answer took, once it is complete after step index ``k``: every position before the first
+    committed end-of-text is committed (the trace's ``answer_nfe`` at the end); None while it is not."""
+    grid = cells(trace, k, token_text)
+    answer = [c for c in grid if not c.padding]
+    if any(c.text is None for c in answer) or (len(answer) == len(grid) and any(c.text is None for c in grid)):
+        return None
+    return max((c.step for c in answer), default=-1) + 1 if answer else 0
+
+
+def response_html(trace: Trace, k: int, token_text=None) -> str:
+    """THE response at step index k: committed tokens coloured by their commit confidence, masked positions as
+    placeholders shaded by their current confidence, this step's commits outlined, padding as small grey marks."""
+    parts, padding_started = [], False
+    for c in cells(trace, k, token_text):
+        new = " new" if c.step is not None and c.step == k else ""
+        if c.padding and not padding_started:
+            padding_started = True
+            parts.append('<span class="end-mark" title="end of the answer: the rest is padding">⟂</span>')
+        if c.text is None:
+            shade = 0.0 if c.conf is None else c.conf
+            kind = "mask pad" if c.padding else "mask"
+            parts.append(f' <span class="tok {kind}" style="--shade:{shade:.2f}" '
+                         f'title="position {c.pos}: masked, confidence {shade:.2f}">{MASK_SYMBOL}</span>')
+        elif c.padding:
+            parts.append(f'<span class="tok pad{new}" title="position {c.pos}: padding (end-of-text), committed at '
+                         f'step {c.step} with confidence {c.conf:.2f}"></span>')
+        else:
+            word = c.text.strip()
+            bg, fg = conf_color(c.conf)
+            space = " " if c.text[:1].isspace() else ""
+            parts.append(f'{space}<span class="tok{new}" style="background:{bg};color:{fg}" title="position {c.pos}: '
+                         f'committed at step {c.step} with confidence {c.conf:.2f}">{clean(word)}</span>')
+    return f'<div class="response" dir="auto">{"".join(parts).strip()}</div>'
+
+
+def lane_html(trace: Trace, k: int, state: str, token_text=None, round_: int | None = None) -> str:
+    """One method's card in the race: its step counter, its answer-complete moment and the response at step k."""
+    steps = min(k + 1, len(trace.steps))
+    done = answer_complete(trace, k, token_text)
+    flags = [f"step <b>{steps}</b>" + (f" of {trace.nfe}" if state != "decoding" and round_ is None else "")]
+    flags.append(f"answer complete at step <b>{done}</b>" if done is not None else "answer not complete yet")
+    if state == "done":
+        flags.append("finished")
+    elif state == "stopped":
+        flags.append(f"stopped at step {steps}")
+    elif state == "decoding":
+        flags.append('<span class="live">decoding…</span>')
+    cls = "lane done" if state == "done" else "lane"
+    color = METHOD_COLORS.get(trace.method, "#999999")
+    return (f'<div class="{cls}" style="border-left-color:{color}"><div class="lane-head"><b>{clean(label(trace.method))}</b> · '
+            f'{" · ".join(flags)}</div>{response_html(trace, k, token_text)}</div>')
+
+
+def lanes_html(lanes: list[tuple[Trace, int, str]], token_text=None, banner: str = "") -> str:
+    """Every method's card side by side, with the colour legend."""
+    from dico_ui.text import prose
+    cards = "".join(lane_html(t, k, state, token_text) for t, k, state in lanes)
+    return f'{banner}<div class="race">{cards}</div>{prose("legend.html")}' if lanes else banner
+
+
+# ----------------------------------------------------------------------------- numbers of a run
+
+def parallelism(trace: Trace) -> dict:
+    """Where a run's tokens per step come from: answer commits and padding commits, per run and per phase."""
+    decoded = sum(len(s.committed) for s in trace.steps)
+    biggest = max(trace.steps, key=lambda s: len(s.committed), default=None)
+    phases: dict[str, list[int]] = {}
+    for s in trace.steps:
+        row = phases.setdefault(s.phase, [0, 0, 0])
+        row[0] += 1
+        row[1] += len(trace.answer_commits(s))
+        row[2] += len(trace.padding_commits(s))
+    return dict(method=trace.method, label=label(trace.method), nfe=trace.nfe, answer_nfe=trace.answer_nfe,
+                answer=trace.answer_length, padding=trace.gen_length - trace.answer_length,
+                answer_per_step=round(trace.answer_length / trace.answer_nfe, 2) if trace.answer_nfe else 0.0,
+                tokens_per_step=round(decoded / trace.nfe, 2) if trace.nfe else 0.0,
+                biggest=(biggest.index, len(trace.answer_commits(biggest)), len(trace.padding_commits(biggest)))
+                if biggest else (0, 0, 0),
+                padding_only=sum(1 for s in trace.steps if s.committed and not trace.answer_commits(s)),
+                phases=phases, wall_s=trace.wall_s, tokens_per_s=trace.tokens_per_s, stopped=trace.stopped)
+
+
+TABLE_COLUMNS = ("method", "steps (NFE)", "answer complete at step", "answer tokens", "padding tokens",
+                 "answer tokens / step", "tokens / step", "speed-up (NFE)", "speed-up (answer)", "own time (s)")
+
+
+def table_rows(traces: list[Trace]) -> list[list]:
+    """The comparison: answer against padding beside the raw step counts; speed-ups against Vanilla if it ran."""
+    rows = [parallelism(t) for t in method_order(traces)]
+    base = next((r for r in rows if r["method"] == "vanilla"), rows[0] if rows else None)
+
+    def ratio(a, b):
+        return round(a / b, 2) if a and b else None
+
+    return [[r["label"] + (" (stopped)" if r["stopped"] else ""), r["nfe"], r["answer_nfe"], r["answer"],
+             r["padding"], r["answer_per_step"], r["tokens_per_step"], ratio(base["nfe"], r["nfe"]),
+             ratio(base["answer_nfe"], r["answer_nfe"]), round(r["wall_s"], 3)] for r in rows]
+
+
+def table_frame(traces: list[Trace]):
+    import pandas as pd
+    return pd.DataFrame(table_rows(traces), columns=list(TABLE_COLUMNS))
+
+
+def step_head(trace: Trace, k: int) -> str:
+    """The step view's caption: what step k did, answer and padding commits apart."""
+    if not trace.steps:
+        return '<div class="step-head">This run has no steps.</div>'
+    step = trace.steps[k]
+    seeds = ", ".join(map(str, step.seeds)) or "none"
+    clusters = ", ".join(f"[{a}, {b}]" for a, b in step.clusters) or "none"
+    return (f'<div class="step-head"><b>{clean(label(trace.method))}</b>, step index <b>{k}</b> of '
+            f'{len(trace.steps) - 1} · phase <b>{clean(step.phase)}</b> · committed {len(trace.answer_commits(step))} '
+            f'answer + {len(trace.padding_commits(step))} padding (outlined) · seeds: {seeds} · clusters: '
+            f'{clusters}</div>')
+
+
+def step_html(trace: Trace | None, k: int) -> str:
+    if trace is None:
+        return ""
+    k = max(0, min(int(k), len(trace.steps) - 1))
+    return step_head(trace, k) + (response_html(trace, k) if trace.steps else "")
+
+
+def summary(traces: list[Trace], outside: str = "") -> str:
+    """One paragraph under the race: answer-complete steps first; speed praise only for prompts in the model's tasks."""
+    if not traces:
+        return "No runs yet."
+    rows = [parallelism(t) for t in method_order(traces)]
+    parts = ["**Answer complete at step**: " + "; ".join(
+        f"{r['label']} {r['answer_nfe']} of {r['nfe']}" for r in rows) + "."]
+    tail = [f"{r['label']} its last {r['nfe'] - r['answer_nfe']}" for r in rows if r["answer_nfe"] < r["nfe"]]
+    if tail:
+        parts.append("Steps spent on padding only, after the answer was complete: " + "; ".join(tail) + ".")
+    pad = max(rows, key=lambda r: r["padding"])
+    if pad["padding"]:
+        parts.append(f"Up to {pad['padding']} of the {traces[0].gen_length} positions are end-of-text padding "
+                     f"({pad['label']}): tokens per step counts them, the answer-complete step does not.")
+    base = next((r for r in rows if r["method"] == "vanilla"), None)
+    best = next((r for r in rows if r["method"] == "dico"), None)
+    if outside:
+        parts.append(f"⚠ {outside} Speed numbers say nothing about the quality of this answer.")
+    elif base and best and best["answer_nfe"]:
+        parts.append(f"DiCo completed the answer in {base['answer_nfe'] / best['answer_nfe']:.1f}× fewer forward "
+                     "passes than Vanilla.")
+    if any(t.stopped for t in traces):
+        parts.append("The run was stopped early: the figures show the steps taken.")
+    return " ".join(parts)
+
+
+def run_caption(trace: Trace) -> str:
+    mode = "non-AR" if trace.mode == "non-ar" else f"semi-AR, blocks of {trace.block_length}"
+    return (f"model {isolated(trace.model)} on {clean(trace.device)}, {mode}, {trace.gen_length} positions; "
+            f"prompt: “{isolated(trace.prompt[:160])}”")

@@ -1,0 +1,138 @@
+"""One run request from the page or the API, checked by the library before any forward pass.
+
+Settings travel as one dict per method (``{"dico": {...}, "fast": {...}}``): the page's controls are
+generated from ``dico.settings.specs`` (``CONTROLS``) and folded back into that dict here, checked by the
+same ``Spec.check`` the library uses, so a control, its range and its validation cannot disagree.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from dico.loop import check_inputs, check_request
+from dico.models import EMBEDDED_NAME, MaskPredictor
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, NON_AR, SEMI_AR, SETTINGS, \
+    settings_for, specs
+from dico_ui.models import get_predictor
+from dico_ui.render import label
+
+MAX_GEN_LENGTH = 256            # the page's limit: a public CPU Space should answer in seconds
+DEFAULT_METHODS = ("vanilla", "fast", "dico")
+# Every generated settings control, in page order: (method, Spec).
+CONTROLS = [(method, spec) for method in METHODS for spec in specs(SETTINGS[method])]
+# The embedded model's task shapes (dico/tasks.py): a "How many ..." word problem, or an operation on a list.
+_WORD_SHAPE = re.compile(r"\bhow many\b", re.IGNORECASE)
+_LIST_SHAPE = re.compile(r"\b(add|increase|subtract|take|smaller|double|twice|multiply)\b", re.IGNORECASE)
+
+
+@dataclass
+class RunRequest:
+    prompt: str
+    model: str = EMBEDDED_NAME
+    mode: str = NON_AR
+    gen_length: int = DEFAULT_GEN_LENGTH
+    block_length: int | None = DEFAULT_BLOCK_LENGTH
+    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
+    settings: dict[str, dict] = field(default_factory=dict)     # method -> its settings (plain values)
+    capture_attention: bool = True
+
+    def options(self, method: str) -> dict:
+        """Keywords of ``dico.decode`` for one method of this request."""
+        return dict(mode=self.mode, gen_length=self.gen_length,
+                    block_length=self.block_length if self.mode == SEMI_AR else None,
+                    settings=self.settings.get(method, {}), capture_attention=self.capture_attention)
+
+
+def whole(value, name: str):
+    """A number typed into the page (a float) as the whole number the library expects; a clear message if not."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"{name}: must be a whole number, got {value!r}")
+
+
+def settings_from_controls(methods: list[str], values) -> dict[str, dict]:
+    """The values of the generated controls (``CONTROLS`` order) as one checked dict per chosen method."""
+    values = list(values)
+    if len(values) != len(CONTROLS):
+        raise ValueError(f"settings: expected {len(CONTROLS)} values, got {len(values)}")
+    out: dict[str, dict] = {}
+    for (method, spec), value in zip(CONTROLS, values):
+        if method not in methods:
+            continue
+        try:
+            out.setdefault(method, {})[spec.name] = spec.check(value)
+        except ValueError as exc:
+            raise ValueError(f"{label(method)} setting {exc}") from None
+    return out
+
+
+def settings_from_json(settings) -> dict[str, dict]:
+    """The API's settings: one JSON object (or dict) ``{"dico": {"tau1": 0.4}, ...}``; missing ones keep defaults."""
+    if settings in (None, ""):
+        return {}
+    if isinstance(settings, str):
+        try:
+            settings = json.loads(settings)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"settings: not valid JSON ({exc}); expected an object like "
+                             '{"dico": {"tau1": 0.4}}') from None
+    if not isinstance(settings, dict) or not all(isinstance(v, dict) for v in settings.values()):
+        raise ValueError('settings: must be an object of objects, one per method, like {"dico": {"tau1": 0.4}}')
+    for method, values in settings.items():
+        settings_for(method, values)                  # unknown methods and settings, ranges: named errors
+    return {m: dict(v) for m, v in settings.items()}
+
+
+def build_request(prompt, model, mode, gen_length, block_length, methods, settings, capture_attention) -> RunRequest:
+    """A request from raw page or API values: numbers made whole, methods in the library's order."""
+    methods = list(methods or [])
+    if not methods:
+        raise ValueError("methods: choose at least one method to run")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"methods: unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
+    gen_length = whole(gen_length, "gen_length")
+    if not 1 <= gen_length <= MAX_GEN_LENGTH:
+        raise ValueError(f"gen_length: must be in 1..{MAX_GEN_LENGTH} here, got {gen_length}")
+    block_length = whole(block_length, "block_length") if mode == SEMI_AR else None
+    return RunRequest(prompt=prompt if isinstance(prompt, str) else "", model=model or EMBEDDED_NAME, mode=mode,
+                      gen_length=gen_length, block_length=block_length,
+                      methods=[m for m in METHODS if m in methods], settings=settings,
+                      capture_attention=bool(capture_attention))
+
+
+def check(req: RunRequest) -> tuple[MaskPredictor, list[str], str]:
+    """Everything checked before any forward pass: the predictor, warnings for the user, and a note when the
+    prompt lies outside the embedded model's tasks ("" otherwise). Errors are ValueErrors naming the field."""
+    check_inputs(req.prompt, req.methods[0], req.mode, req.gen_length, req.block_length)   # before loading a model
+    for method in req.methods:
+        settings_for(method, req.settings.get(method, {}))
+    predictor = get_predictor(req.model)
+    check_request(predictor, req.prompt, req.methods[0], req.mode, req.gen_length, req.block_length)
+    warnings, outside = [], ""
+    if predictor.name == EMBEDDED_NAME:
+        unknown = list(dict.fromkeys(predictor.unknown_words(req.prompt)))
+        if unknown:
+            shown = ", ".join(f"'{w}'" for w in unknown[:12])
+            warnings.append(f"prompt: the model {EMBEDDED_NAME} does not know {shown}; it reads "
+                            f"{'them' if len(unknown) > 1 else 'it'} as an unknown word. It still runs.")
+        shape = task_shape(req.prompt)
+        if unknown or shape is None:
+            why = [f"{len(unknown)} unknown word(s)"] if unknown else []
+            why += [] if shape else ["no word-problem or list-task shape recognised"]
+            outside = (f"This prompt lies outside what {EMBEDDED_NAME} was trained on ({'; '.join(why)}): "
+                       "expect a task-shaped guess, not an answer.")
+    return predictor, warnings, outside
+
+
+def task_shape(prompt: str) -> str | None:
+    """The embedded model's task family this prompt looks like ("word", "list"), or None."""
+    numbers = re.findall(r"\d+", prompt)
+    if _WORD_SHAPE.search(prompt) and numbers:
+        return "word"
+    if len(numbers) >= 2 and _LIST_SHAPE.search(prompt):
+        return "list"
+    return None
