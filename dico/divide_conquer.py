@@ -101,6 +101,7 @@ def cluster_mask(clusters: list[list[int]], n: int) -> np.ndarray:
 
 class DiCo:
     """Divide, Conquer, Finalize over each window. State lives between steps of a window."""
+    rank = None             # DiCo ranks by the model's confidence (no Dream ranking to compute)
 
     def __init__(self, settings: DiCoSettings | None = None, mode: str = "non-ar"):
         self.settings = settings or DiCoSettings()
@@ -173,7 +174,7 @@ class DiCo:
         self.phase = "conquer" if self.clusters else "finalize"
 
     # --------------------------------------------------------------- Conquer
-    def _conquer(self, s: Scores) -> Choice:
+    def _conquer(self, s: Scores) -> Choice | None:
         cfg = self.settings
         n = s.conf.numel()
         cand = s.candidates()
@@ -185,28 +186,47 @@ class DiCo:
                 picked[factor_set(s.conf, positions)] = True
             else:
                 picked[positions[s.conf[positions] > cfg.conquer_threshold]] = True
-        commit = torch.nonzero(picked).flatten().tolist() or top1(s.conf, in_clusters)
+        commit = torch.nonzero(picked).flatten().tolist() or self._fallback(s, cand, in_clusters)
+        window_start, window_end = s.window
+        if not commit:          # the authors' fallback found nothing: Conquer ends, the next phase takes these scores
+            self._end_conquer(s.masked.numpy()[window_start:window_end])
+            self.clusters = []
+            return None
 
         masked = s.masked.numpy().copy()
         masked[commit] = False
-        passing = masked & (s.conf > cfg.tau2).numpy()
-        window_start, window_end = s.window
+        # the authors' code walls growth only where confidence was <= tau2 before the commit
+        passing = (s.masked.numpy() if cfg.grow_through_commits else masked) & (s.conf > cfg.tau2).numpy()
         updated: list[list[int]] = []
         for i, span in enumerate(self.clusters):
-            lo = updated[-1][1] + 1 if updated else window_start
+            if i == 0:
+                lo = window_start
+            else:               # the code bounds by the previous cluster as it was; ours as it has grown this step
+                lo = (self.clusters[i - 1] if cfg.merge_after_conquer else updated[-1])[1] + 1
             hi = self.clusters[i + 1][0] if i + 1 < len(self.clusters) else window_end
             updated.append(grow(span, passing, cfg.gap, lo, hi))
-        self.clusters = trim(updated, masked)
+        self.clusters = trim(merge(updated) if cfg.merge_after_conquer else updated, masked)
         inside = torch.from_numpy(cluster_mask(self.clusters, n) & masked)
         if not self.clusters or float(s.conf[inside].mean()) < cfg.tau2:
-            window_masked = masked[window_start:window_end]
-            if 1.0 - window_masked.mean() >= cfg.r_gate:
-                self.phase = "finalize"
-            else:
-                self._enter_divide()
+            self._end_conquer(masked[window_start:window_end])
             clusters_out, self.clusters = [c[:] for c in self.clusters], []
             return Choice(commit, "conquer", clusters=clusters_out)
         return Choice(commit, "conquer", clusters=[c[:] for c in self.clusters])
+
+    def _fallback(self, s: Scores, cand: torch.Tensor, in_clusters: torch.Tensor) -> list[int]:
+        """Nothing qualified: the top-1 inside the clusters, or (the authors' code) the window's top-1 if its
+        confidence reaches tau2, else nothing."""
+        if self.settings.conquer_fallback == "clusters":
+            return top1(s.conf, in_clusters)
+        best = top1(s.conf, cand)
+        return best if float(s.conf[best[0]]) >= self.settings.tau2 else []
+
+    def _end_conquer(self, window_masked: np.ndarray) -> None:
+        """Finalize once R_gate of the window is decoded, else Divide again."""
+        if 1.0 - window_masked.mean() >= self.settings.r_gate:
+            self.phase = "finalize"
+        else:
+            self._enter_divide()
 
     # --------------------------------------------------------------- Finalize
     def _finalize(self, s: Scores) -> Choice:

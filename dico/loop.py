@@ -9,9 +9,10 @@ that step's logits. ``decode`` drives it with one forward pass per step and yiel
 closing the generator early (Stop) leaves a partial trace marked ``stopped``. Streaming, progress,
 stopping and racing several methods are the caller's business: nothing here knows about threads.
 
-Devices: logits stay where the model put them; ``score`` reduces them there to three vectors of
-the response length and brings those back to the CPU in one transfer. Rules, masks and the trace
-only ever see CPU tensors.
+Devices: logits stay where the model put them; the sampler (``dico.sampling``) reduces them there to
+a few vectors of the response length and brings those back to the CPU in one transfer. Rules, masks,
+ids and the trace only ever see CPU tensors; ``MaskPredictor.to_model`` is the one way a CPU tensor
+reaches the model's device, and attention maps are summed there until the run ends.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from collections.abc import Generator
 import torch
 
 from dico.models import MaskPredictor
-from dico.rules import Choice, Scores, make_rule
+from dico.rules import Choice, Scores, make_rule, plan
+from dico.sampling import Sampler, score  # noqa: F401  (score: greedy scoring, re-exported for callers)
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, MAX_PROMPT_CHARS, METHODS, MODES, NON_AR, \
     SEMI_AR, Settings
 from dico.trace import STAGES, AttentionStages, Step, Trace
@@ -61,21 +63,6 @@ def check_request(predictor: MaskPredictor, prompt: str, method: str, mode: str,
                          f"model's {predictor.max_length} positions; shorten the prompt or lower gen_length "
                          f"to at most {max(predictor.max_length - len(prompt_ids), 0)}")
     return prompt_ids
-
-
-def score(logits: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """conf = max softmax, pred = argmax, margin = top1 - top2 logit per position, in float32 (spec, Common ground).
-
-    ``logits`` (n, v) may live on any device; the work happens there and only the three (n,) vectors
-    come back to the CPU, in one transfer. The mask token is never a prediction.
-    """
-    logits = logits.float()                                                  # n, v (a copy for bf16 models)
-    logits[:, mask_id] = -torch.inf
-    top = logits.topk(2, dim=-1)                                             # n, 2
-    conf = torch.softmax(logits, dim=-1).max(dim=-1).values                  # n
-    packed = torch.stack([conf.double(), top.indices[:, 0].double(), (top.values[:, 0] - top.values[:, 1]).double()])
-    conf, pred, margin = packed.cpu()                                        # token ids are exact in float64
-    return conf.float(), pred.long(), margin.float()
 
 
 class AttentionAccumulator:
@@ -121,6 +108,8 @@ class Decoding:
         block_length = block_length if mode == SEMI_AR else None
         prompt_ids = check_request(predictor, prompt, method, mode, gen_length, block_length)
         self.rule = make_rule(method, mode, settings)
+        plan(self.rule, gen_length, block_length or gen_length)
+        self.sampler = Sampler(self.rule.settings, rank=self.rule.rank)
         if capture_attention and not predictor.supports_attention:
             raise ValueError(f"capture_attention: model {predictor.name!r} does not return attention maps")
         self.predictor = predictor
@@ -154,11 +143,18 @@ class Decoding:
             self.window = (start, min(start + self.width, self.n))
             self.rule.start(self.window)
 
+    def forward(self):
+        """This step's forward pass (two with classifier-free guidance): logits (l, v) on the model's device and
+        the attention maps when captured. A batch driver makes its own pass and hands each row to ``step``."""
+        logits, attentions = self.sampler.logits(self.predictor, self.ids, self.m, attentions=self.attention is not None)
+        return logits[0], attentions
+
     def step(self, logits: torch.Tensor, attentions=None, forward_s: float = 0.0) -> Step:
         """Advance by one step given this pass's logits over the whole sequence (l, v), on the model's device."""
         t1 = time.perf_counter()
-        conf, pred, margin = score(logits[self.m:self.m + self.n], self.predictor.mask_id)
-        choice = self.rule.choose(Scores(conf, pred, margin, self.masked, self.window))
+        conf, pred, margin, rank = self.sampler.score(logits[self.m:self.m + self.n], self.predictor.mask_id,
+                                                      self.predictor.stop_ids())
+        choice = self.rule.choose(Scores(conf, pred, margin, self.masked, self.window, rank))
         commit = torch.tensor(sorted(set(choice.commit)), dtype=torch.long)
         if commit.numel() == 0 or not self.masked[commit].all():
             raise RuntimeError(f"rule {self.trace.method} chose no or already decoded positions: {choice.commit}")
@@ -230,8 +226,8 @@ def decode(predictor: MaskPredictor, prompt: str, method: str = "dico", **option
     try:
         while not run.done:
             t0 = time.perf_counter()
-            logits, attentions = predictor.forward(run.ids, attentions=run.attention is not None)
-            yield run.trace, run.step(logits[0], attentions, time.perf_counter() - t0)
+            logits, attentions = run.forward()
+            yield run.trace, run.step(logits, attentions, time.perf_counter() - t0)
     finally:
         run.close()
     return run.trace

@@ -2,8 +2,14 @@
 
 ``load_model(name_or_path)`` returns a ``MaskPredictor``: ``forward(ids) -> logits`` with logits
 aligned so that ``logits[:, i]`` predicts position i (Dream's shift is undone here, once), plus the
-mask id, the tokenizer, prompt encoding (chat template for Instruct models) and the longest
-sequence the model accepts. Decoders never see which kind of model they drive.
+mask id, the tokenizer, prompt encoding and the longest sequence the model accepts. Decoders never see
+which kind of model they drive.
+
+Everything is read from the model, never guessed from its name: the kind from the config's
+``model_type`` / ``architectures``; the mask id from the config's ``mask_token_id``, else the
+tokenizer's mask token; the chat template whenever the tokenizer has one (``chat=False`` turns it off);
+the end-of-text ids from ``get_vocab()`` and the generation config's EOS ids. LLaDA's and Dream's
+attention maps are recomputed by forward hooks (``dico.attention``).
 """
 from __future__ import annotations
 
@@ -15,17 +21,18 @@ from pathlib import Path
 
 import torch
 
+from dico.attention import AttentionHooks
+
 EMBEDDED = Path(__file__).resolve().parent.parent / "assets" / "dico-tiny"
 EMBEDDED_NAME = "dico-tiny"
-LLADA_MASK_ID = 126336
-DREAM_MASK_ID = 151666
-
-# Remote-code models this project knows; anything else with custom code needs trust_remote_code=True.
-KNOWN_REMOTE = {
-    "GSAI-ML/LLaDA-8B-Instruct": "llada", "GSAI-ML/LLaDA-8B-Base": "llada", "GSAI-ML/LLaDA-1.5": "llada",
-    "inclusionAI/LLaDA-MoE-7B-A1B-Instruct": "llada", "inclusionAI/LLaDA-MoE-7B-A1B-Base": "llada",
-    "Dream-org/Dream-v0-Instruct-7B": "dream", "Dream-org/Dream-v0-Base-7B": "dream",
-}
+# Remote-code models whose code this project allows without trust_remote_code=True (the id decides only that).
+KNOWN_REMOTE = frozenset({
+    "GSAI-ML/LLaDA-8B-Instruct", "GSAI-ML/LLaDA-8B-Base", "GSAI-ML/LLaDA-1.5",
+    "inclusionAI/LLaDA-MoE-7B-A1B-Instruct", "inclusionAI/LLaDA-MoE-7B-A1B-Base",
+    "Dream-org/Dream-v0-Instruct-7B", "Dream-org/Dream-v0-Base-7B",
+})
+# Mask tokens as tokenizers spell them, for a model whose config and tokenizer do not name theirs.
+MASK_TOKENS = ("<|mdm_mask|>", "<|mask|>", "[MASK]", "<mask>")
 
 
 class ModelError(ValueError):
@@ -44,11 +51,13 @@ class MaskPredictor:
     chat: bool = False
     supports_attention: bool = False
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    dtype: torch.dtype = torch.float32
+    hooks: AttentionHooks | None = field(default=None, repr=False)   # LLaDA / Dream: attention recomputed
     _spacing: str | None = field(default=None, repr=False)
     _stops: frozenset | None = field(default=None, repr=False)
 
     def to_model(self, tensor: torch.Tensor) -> torch.Tensor:
-        """The one way a CPU tensor reaches the model's device (tests emulate an accelerator by overriding it)."""
+        """The one way a CPU tensor reaches the model's device."""
         return tensor.to(self.device)
 
     @torch.no_grad()
@@ -58,20 +67,31 @@ class MaskPredictor:
 
         ``attention_mask`` (b, l; 1 = real token) lets a batch pad its rows on the right: positions keep
         their ids, so each row's logits are those of its own sequence alone (``dico.batch``)."""
-        kwargs = {"output_attentions": True} if attentions and self.supports_attention else {}
+        kwargs, key_mask = {}, None
+        capture = attentions and self.supports_attention
+        if capture and self.hooks is None:
+            kwargs["output_attentions"] = True
         if attention_mask is not None:
             mask = self.to_model(attention_mask)
+            key_mask = mask.bool()
             if self.kind == "dream":   # Dream's code takes a 4-D boolean mask (b, 1, l, l); padded keys hidden
-                mask = mask.bool()[:, None, None, :].expand(-1, 1, mask.shape[1], -1)
+                mask = key_mask[:, None, None, :].expand(-1, 1, mask.shape[1], -1)
             kwargs["attention_mask"] = mask
-        out = self.model(input_ids=self.to_model(ids), **kwargs)
+        maps = None
+        if capture and self.hooks is not None:
+            with self.hooks.capture(key_mask):
+                out = self.model(input_ids=self.to_model(ids), **kwargs)
+            maps = self.hooks.maps()
+        else:
+            out = self.model(input_ids=self.to_model(ids), **kwargs)
+            maps = out.attentions if capture else None
         logits = out.logits
         if self.kind == "dream":   # Dream predicts position i at logits[i-1]; position 0 keeps its own
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
-        return logits, (out.attentions if kwargs else None)
+        return logits, maps
 
     def encode_prompt(self, prompt: str) -> list[int]:
-        """Prompt token ids as the model was trained to see them (chat template for Instruct models)."""
+        """Prompt token ids as the model was trained to see them (its chat template, when it has one and it is on)."""
         if self.chat:
             text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
                                                       add_generation_prompt=True, tokenize=False)
@@ -102,11 +122,14 @@ class MaskPredictor:
         return piece if _PUNCTUATION.fullmatch(piece) else " " + piece
 
     def stop_ids(self) -> set[int]:
-        """Token ids that end a response: the tokenizer's eos and the end-of-text tokens of known chat formats."""
-        if self._stops is None:     # tokenizer.vocab builds a fresh dict (126k entries for LLaDA): once only
-            vocab = getattr(self.tokenizer, "vocab", {}) or {}
+        """Token ids that end a response: the tokenizer's eos, the generation config's EOS ids and the end-of-text
+        tokens of known chat formats found in ``get_vocab()`` (slow tokenizers have no ``.vocab``)."""
+        if self._stops is None:     # get_vocab() builds a fresh dict (126k entries for LLaDA): once only
+            vocab = self.tokenizer.get_vocab() if hasattr(self.tokenizer, "get_vocab") else {}
+            eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
             ids = {getattr(self.tokenizer, "eos_token_id", None)} | {vocab[t] for t in END_TOKENS if t in vocab}
-            self._stops = frozenset(int(i) for i in ids if i is not None)
+            ids |= set(eos) if isinstance(eos, (list, tuple)) else {eos}
+            self._stops = frozenset(int(i) for i in ids if i is not None and int(i) != self.mask_id)
         return set(self._stops)
 
     def answer_length(self, ids) -> int:
@@ -170,24 +193,68 @@ def _local_config(path: Path) -> dict:
         raise ModelError(f"model: {path}/config.json is not valid JSON ({exc})") from None
 
 
-def _kind_of(name: str, config: dict | None) -> str:
-    if name in KNOWN_REMOTE:
-        return KNOWN_REMOTE[name]
-    text = json.dumps(config or {}).lower() + name.lower()
-    if "llada" in text:
-        return "llada"
+def _hub_config(name: str) -> dict:
+    """A hub model's config.json as a dict (only the JSON is fetched: no model code runs)."""
+    from transformers import PretrainedConfig
+    try:
+        return PretrainedConfig.get_config_dict(name)[0]
+    except Exception as exc:       # noqa: BLE001 (network, hub and parsing errors all mean: cannot load)
+        raise ModelError(f"model: cannot load {name!r} ({_first_line(exc)}). Hub models need network access or a "
+                         "local copy") from None
+
+
+def _kind_of(config: dict) -> str:
+    """'dream' (logits shifted by one), 'llada' or 'masked-lm', from the config's model type and architectures."""
+    text = " ".join([str(config.get("model_type", ""))] + list(config.get("architectures") or [])).lower()
     if "dream" in text:
         return "dream"
+    if "llada" in text:
+        return "llada"
     return "masked-lm"
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _mask_id(config: dict, tokenizer, label: str, vocab_size: int | None) -> int:
+    """The config's ``mask_token_id``, else the tokenizer's mask token, else a known mask token in its vocabulary."""
+    mask_id = config.get("mask_token_id")
+    if mask_id is None:
+        mask_id = getattr(tokenizer, "mask_token_id", None)
+    if mask_id is None:
+        vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+        mask_id = next((vocab[t] for t in MASK_TOKENS if t in vocab), None)
+    if mask_id is None:
+        raise ModelError(f"model: {label!r} names no mask token: its config.json has no mask_token_id and its "
+                         "tokenizer no mask token; add \"mask_token_id\": <id> to config.json")
+    if not isinstance(mask_id, int) or mask_id < 0 or (vocab_size and mask_id >= vocab_size):
+        raise ModelError(f"model: {label!r} has mask_token_id {mask_id!r}, outside its {vocab_size} output tokens")
+    return mask_id
+
+
+def _vocab_size(model) -> int | None:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if weight is not None:
+        return int(weight.shape[0])
+    cfg = model.config
+    size = getattr(cfg, "embedding_size", None) or getattr(cfg, "vocab_size", None)
+    return int(size) if size else None
+
+
 def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_code: bool = False,
-               device: str | None = None, dtype: str | None = None, attention: bool = True) -> MaskPredictor:
+               device: str | None = None, dtype: str | None = None, attention: bool = True, chat: bool | None = None,
+               attention_layers=None) -> MaskPredictor:
     """Load a mask predictor by hub id or local folder; ``None`` or ``"dico-tiny"`` is the embedded model.
 
     ``trust_remote_code`` runs the model's own Python code: allowed for the known LLaDA and Dream ids
-    (KNOWN_REMOTE), otherwise only when the caller opts in. ``attention`` asks for eager attention so
-    attention maps can be captured (plain masked LMs only; LLaDA's code does not return them).
+    (KNOWN_REMOTE), otherwise only when the caller opts in. ``device`` / ``dtype``: CUDA with bfloat16 when
+    present, else the CPU with float32. ``attention`` prepares attention maps: eager attention for a plain
+    masked LM, recomputing hooks on the query/key projections of ``attention_layers`` (default all) for
+    LLaDA and Dream. ``chat``: None uses the tokenizer's chat template when it has one; False never does.
+    Every failure is a ``ModelError`` whose message names the model and what to do.
     """
     from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
@@ -199,46 +266,48 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
                          "`python -m dico.train --out assets/dico-tiny` (see assets/dico-tiny/README.md)")
     if not is_local and (name.startswith((".", "/", "~")) or name.count("/") != 1):
         raise ModelError(f"model: {name!r} is neither an existing folder nor a hub id like 'owner/name'")
-    config = _local_config(path) if is_local else None
-    kind = _kind_of(name, config)
-    needs_code = kind != "masked-lm" or bool(config and config.get("auto_map"))
+    label = EMBEDDED_NAME if name == str(EMBEDDED) else name
+    dev, dt = default_device_dtype(device, dtype)
+    config = _local_config(path) if is_local else _hub_config(name)
+    kind = _kind_of(config)
+    needs_code = kind != "masked-lm" or bool(config.get("auto_map"))
     if needs_code and name not in KNOWN_REMOTE and not trust_remote_code:
         raise ModelError(f"model: {name!r} ships its own code; pass trust_remote_code=True (CLI: --trust-remote-code) "
                          f"if you trust it. Known ids: {', '.join(sorted(KNOWN_REMOTE))}")
-    dev, dt = default_device_dtype(device, dtype)
-    label = EMBEDDED_NAME if name == str(EMBEDDED) else name
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=needs_code)
         if kind == "masked-lm":
             # eager for attention maps, and for relative positions (sdpa would warn and fall back anyway)
-            relative = (config or {}).get("position_embedding_type", "absolute") != "absolute"
+            relative = config.get("position_embedding_type", "absolute") != "absolute"
             kwargs = {"attn_implementation": "eager"} if attention or relative else {}
             model = AutoModelForMaskedLM.from_pretrained(name, dtype=dt, trust_remote_code=needs_code, **kwargs)
-            mask_id = tokenizer.mask_token_id
-            if mask_id is None:
-                raise ModelError(f"model: {label!r} has no mask token in its tokenizer; it is not a masked LM")
         else:
             model = AutoModel.from_pretrained(name, dtype=dt, trust_remote_code=True)
-            mask_id = LLADA_MASK_ID if kind == "llada" else DREAM_MASK_ID
-    except ModelError:
-        raise
-    except (OSError, ValueError, ImportError, RuntimeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"model: cannot load {label!r} ({first}). Hub models need network access or a local "
-                         "copy; LLaDA and Dream need a GPU with about 20 GB of memory") from None
-    model.to(dev).eval()
+        model.to(dev).eval()
+    except torch.cuda.OutOfMemoryError:
+        raise ModelError(f"model: {label!r} does not fit in the memory of {dev}; LLaDA and Dream need about 20 GB "
+                         "of GPU memory") from None
+    except Exception as exc:       # noqa: BLE001 (a model's own code may raise anything: report, never a traceback)
+        raise ModelError(f"model: cannot load {label!r} ({_first_line(exc)}). Hub models need network access or a "
+                         "local copy; LLaDA and Dream need a GPU with about 20 GB of memory") from None
+    mask_id = _mask_id(config, tokenizer, label, _vocab_size(model))
     cfg = model.config
     max_length = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "max_sequence_length", None) or 4096)
-    chat = kind != "masked-lm" and "instruct" in name.lower() and getattr(tokenizer, "chat_template", None) is not None
-    return MaskPredictor(name=label, kind=kind, model=model, tokenizer=tokenizer, mask_id=int(mask_id),
-                         max_length=max_length, chat=chat, supports_attention=(kind == "masked-lm" and attention),
-                         device=dev)
+    has_template = getattr(tokenizer, "chat_template", None) is not None
+    if chat and not has_template:
+        raise ModelError(f"chat: the tokenizer of {label!r} has no chat template")
+    hooks = AttentionHooks.find(model, attention_layers) if attention and kind != "masked-lm" else None
+    return MaskPredictor(name=label, kind=kind, model=model, tokenizer=tokenizer, mask_id=mask_id,
+                         max_length=max_length, chat=has_template if chat is None else chat,
+                         supports_attention=attention and (kind == "masked-lm" or hooks is not None), device=dev,
+                         dtype=dt, hooks=hooks)
 
 
 def from_module(model: torch.nn.Module, tokenizer, *, kind: str, mask_id: int, max_length: int, name: str = "custom",
-                chat: bool = False) -> MaskPredictor:
-    """Wrap an already built module (tests' stand-ins, or a model loaded by hand) as a mask predictor."""
+                chat: bool = False, device: str | torch.device = "cpu") -> MaskPredictor:
+    """Wrap an already built module (tests' stand-ins, or a model loaded by hand) as a mask predictor on ``device``
+    (where the module already is)."""
     if kind not in ("masked-lm", "llada", "dream"):
         raise ModelError(f"kind: unknown model kind {kind!r}; choose masked-lm, llada or dream")
     return MaskPredictor(name=name, kind=kind, model=model.eval(), tokenizer=tokenizer, mask_id=mask_id,
-                         max_length=max_length, chat=chat, supports_attention=False)
+                         max_length=max_length, chat=chat, supports_attention=False, device=torch.device(device))

@@ -15,8 +15,11 @@ from typing import Protocol
 
 import torch
 
+from dico.sampling import DREAM_RANKS
 from dico.settings import (DiCoSettings, FastFactorSettings, FastSettings, NON_AR, Settings, VanillaSettings,
                            settings_for)
+
+DREAM_EPS = 1e-3        # Dream's timesteps run from 1 down to this
 
 
 @dataclass
@@ -27,6 +30,7 @@ class Scores:
     margin: torch.Tensor    # (n,) float32, top1 - top2 raw logit
     masked: torch.Tensor    # (n,) bool, still masked before this step
     window: tuple[int, int]  # [start, end) response offsets the rule may commit
+    rank: torch.Tensor | None = None   # (n,) float32, Dream's ranking when the rule asked for one (``Rule.rank``)
 
     def candidates(self) -> torch.Tensor:
         """Masked positions inside the window."""
@@ -47,12 +51,19 @@ class Choice:
 
 class Rule(Protocol):
     settings: Settings
+    rank: str | None         # a Dream ranking the sampler must compute for this rule (``dico.sampling``), or None
 
     def start(self, window: tuple[int, int]) -> None:
         """A new window opens (the whole response in non-AR mode, the next block in semi-AR mode)."""
 
     def choose(self, s: Scores) -> Choice:
         """The positions to commit at this step: at least one masked position of the window."""
+
+
+def plan(rule: Rule, gen_length: int, width: int) -> None:
+    """Let a rule check its settings against the run's lengths before any forward pass (ValueError names the field)."""
+    if hasattr(rule, "plan"):
+        rule.plan(gen_length, width)
 
 
 def top1(values: torch.Tensor, allowed: torch.Tensor) -> list[int]:
@@ -74,20 +85,78 @@ def factor_set(conf: torch.Tensor, positions: torch.Tensor, f: float = 1.0) -> t
 
 @dataclass
 class Vanilla:
-    """LLaDA's low-confidence remasking with one token a step: commit the most confident masked position."""
+    """LLaDA's low-confidence remasking with one token a step: commit the most confident masked position.
+
+    With ``steps``, the official samplers: LLaDA's ``generate.py`` commits an even share of each block per step
+    (low_confidence, random); Dream's algorithms commit a share on its timesteps 1 -> eps, ranked by their own
+    confidence (maskgit_plus, topk_margin, entropy) or, for origin, each masked position with probability
+    1 - s/t. Every step commits at least one token (the progress invariant; the official code may commit none).
+    """
     settings: VanillaSettings = field(default_factory=VanillaSettings)
 
+    def __post_init__(self):
+        self.rank = self.settings.remasking if self.settings.remasking in DREAM_RANKS else None
+        self._random = torch.Generator().manual_seed(self.settings.random_seed)     # rules see CPU tensors only
+        self.per_window = 0
+        self.start(None)
+
+    def plan(self, gen_length: int, width: int) -> None:
+        blocks = gen_length // width
+        if self.settings.steps % blocks:
+            raise ValueError(f"steps: {self.settings.steps} is not a multiple of the number of blocks ({blocks}); "
+                             "LLaDA splits the steps evenly over the blocks")
+        self.per_window = self.settings.steps // blocks
+
     def start(self, window) -> None:
-        pass
+        self.window_step = 0
+        self.shares: list[int] | None = None
 
     def choose(self, s: Scores) -> Choice:
-        return Choice(top1(s.conf, s.candidates()), "vanilla")
+        cand = s.candidates()
+        remasking, masked = self.settings.remasking, int(cand.sum())
+        steps = self.per_window or (s.window[1] - s.window[0])             # 0: one token a step
+        i, self.window_step = self.window_step, self.window_step + 1
+        if remasking == "origin":
+            return Choice(self._origin(cand, self._dream_share(i, steps)), "vanilla")
+        if remasking in ("low_confidence", "random"):
+            if self.shares is None:                                            # LLaDA: the block's masks, evenly
+                base, extra = divmod(masked, steps)
+                self.shares = [base + (1 if k < extra else 0) for k in range(steps)]
+            count = self.shares[i] if i < steps else masked
+        else:
+            share = self._dream_share(i, steps)
+            count = int(masked * share)
+        values = {"low_confidence": s.conf, "random": torch.rand(s.conf.shape, generator=self._random)}.get(
+            remasking, s.rank)
+        return Choice(top_k(values, cand, max(1, min(count, masked))), "vanilla")
+
+    @staticmethod
+    def _dream_share(i: int, steps: int) -> float:
+        """1 - s/t on Dream's timesteps linspace(1, eps, steps + 1); 1 at the last step."""
+        if i >= steps - 1:
+            return 1.0
+        t, s = 1 - i * (1 - DREAM_EPS) / steps, 1 - (i + 1) * (1 - DREAM_EPS) / steps
+        return 1 - s / t
+
+    def _origin(self, cand: torch.Tensor, p: float) -> list[int]:
+        draw = torch.rand(cand.shape, generator=self._random)
+        picked = torch.nonzero(cand & (draw < p)).flatten().tolist()
+        return picked or top1(-draw, cand)
+
+
+def top_k(values: torch.Tensor, allowed: torch.Tensor, k: int) -> list[int]:
+    """The k allowed positions with the highest values; ties go to the lower position."""
+    if k == 1:
+        return top1(values, allowed)
+    ranked = torch.where(allowed, values, torch.full_like(values, -math.inf)).sort(descending=True, stable=True)
+    return sorted(ranked.indices[:k].tolist())
 
 
 @dataclass
 class FastThreshold:
     """Fast-dLLM, threshold rule: every masked position with conf > threshold, else the top-1."""
     settings: FastSettings = field(default_factory=FastSettings)
+    rank = None
 
     def start(self, window) -> None:
         pass
@@ -102,6 +171,7 @@ class FastThreshold:
 class FastFactor:
     """Fast-dLLM, factor rule (f = 1 by default): always at least one token."""
     settings: FastFactorSettings = field(default_factory=FastFactorSettings)
+    rank = None
 
     def start(self, window) -> None:
         pass

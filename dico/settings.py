@@ -105,13 +105,54 @@ class Settings:
 # ----------------------------------------------------------------------------- the methods' settings
 
 @dataclass(frozen=True)
-class VanillaSettings(Settings):
-    """LLaDA's low-confidence remasking, one token a step."""
-    method = "vanilla"
+class SamplingSettings(Settings):
+    """How one step's logits become predictions and confidences (``dico.sampling``): the options of LLaDA's and
+    Dream's own samplers that every method shares. The defaults are greedy and deterministic."""
+    temperature: float = setting(0.0, "sample each prediction at this temperature (Gumbel noise); 0 takes the argmax",
+                                 range=(0.0, 5.0), step=0.05)
+    top_p: float = setting(1.0, "sample only from the smallest set of tokens whose probability reaches top_p "
+                           "(Dream; 1 keeps all)", range=(0.0, 1.0), step=0.01, open_low=True)
+    top_k: int = setting(0, "sample only from the top_k most likely tokens (Dream; 0 keeps all)", range=(0, 1000000),
+                         step=1)
+    cfg_scale: float = setting(0.0, "classifier-free guidance (LLaDA): logits = u + (cfg_scale + 1)(c - u), u from "
+                               "a second pass with the prompt masked; 0 is off", range=(0.0, 10.0), step=0.1)
+    random_seed: int = setting(0, "random seed of the sampling (a run is reproducible for a seed)",
+                               range=(0, 2 ** 31 - 1), step=1)
+    mask_in_softmax: bool = setting(False, "keep the mask token's logit in the softmax of the confidence, as LLaDA's, "
+                                    "Fast-dLLM's and the DiCo authors' code do (it is never predicted either way)",
+                                    code=True)
+    ban_eos: bool = setting(False, "never predict an end-of-text token (LLaDA's logits_eos_inf)")
+    eos_last: bool = setting(False, "give end-of-text predictions confidence 0, so they are committed last (LLaDA's "
+                             "confidence_eos_eot_inf)")
+
+
+SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingSettings))
+
+
+def own_specs(cls) -> list[Spec]:
+    """A method's own settings, without the sampling options every method shares (show those once)."""
+    return [s for s in specs(cls) if s.name not in SAMPLING_FIELDS]
+
+
+def sampling_specs() -> list[Spec]:
+    """The sampling options every method shares (``SamplingSettings``)."""
+    return specs(SamplingSettings)
 
 
 @dataclass(frozen=True)
-class FastSettings(Settings):
+class VanillaSettings(SamplingSettings):
+    """LLaDA's low-confidence remasking, one token a step; with ``steps`` and ``remasking``, LLaDA's and Dream's
+    own samplers."""
+    method = "vanilla"
+    steps: int = setting(0, "forward passes for the whole answer, split evenly over the semi-AR blocks as LLaDA's "
+                         "generate.py does; 0: one token a step (steps = gen_length)", range=(0, 100000), step=1)
+    remasking: str = setting("low_confidence", "which masked positions a step commits: low_confidence (LLaDA), "
+                             "random (LLaDA), maskgit_plus, topk_margin, entropy, origin (Dream's alg)",
+                             choices=("low_confidence", "random", "maskgit_plus", "topk_margin", "entropy", "origin"))
+
+
+@dataclass(frozen=True)
+class FastSettings(SamplingSettings):
     """Fast-dLLM's threshold rule."""
     method = "fast"
     threshold: float = setting(0.95, "commit every masked position whose confidence is above this",
@@ -119,7 +160,7 @@ class FastSettings(Settings):
 
 
 @dataclass(frozen=True)
-class FastFactorSettings(Settings):
+class FastFactorSettings(SamplingSettings):
     """Fast-dLLM's factor rule."""
     method = "fast-factor"
     factor: float = setting(1.0, "f in (k + 1)(1 - c_k) < f: commit the top k positions", range=(0.0, 10.0),
@@ -127,7 +168,7 @@ class FastFactorSettings(Settings):
 
 
 @dataclass(frozen=True)
-class DiCoSettings(Settings):
+class DiCoSettings(SamplingSettings):
     """Paper defaults (section 5.1); T_max, M and the 0.98 shortcut from the authors' code (spec, DiCo)."""
     method = "dico"
     alpha: float = setting(0.5, "trajectory guidance slope: w_min = min(1, beta + alpha * unmasked fraction)",
@@ -158,6 +199,15 @@ class DiCoSettings(Settings):
                            choices=("factor", "threshold"))
     conquer_threshold: float = setting(0.9, "Conquer's fixed threshold when the Conquer rule is 'threshold'",
                                        range=(0.0, 1.0), step=0.01, open_low=True)
+    # Where the DiCo authors' code does otherwise (spec): reachable, off by default.
+    grow_through_commits: bool = setting(False, "Conquer grows clusters through positions committed in the same "
+                                         "step (walls only where confidence <= tau2 before the commit)", code=True)
+    conquer_fallback: str = setting("clusters", "when no cluster position qualifies, Conquer commits the top-1 inside "
+                                    "the clusters, or (window) the window's top-1 if its confidence >= tau2, else "
+                                    "nothing and the next phase takes the step", choices=("clusters", "window"),
+                                    code="window")
+    merge_after_conquer: bool = setting(False, "Conquer bounds a cluster's left growth by the previous cluster as it "
+                                        "was before the step, then merges touching clusters", code=True)
 
     def seeds_for(self, mode: str) -> int:
         """N in effect: the setting, or the paper's default for the mode."""

@@ -1,0 +1,115 @@
+"""Attention maps of models whose code does not return them (LLaDA's and Dream's run SDPA and ignore
+``output_attentions``): forward hooks on the query and key projections of the chosen layers recompute
+the eager formula softmax(RoPE(q) RoPE(k)^T / sqrt(d)), bidirectional as these models attend, and
+keep only the mean over those layers and all heads, on the model's device.
+
+Memory: besides the model's own activations, one layer's scores for ``HEAD_CHUNK`` heads at a time in
+float32 (twice, for the softmax) plus the running (b, l, l) mean: 2 * HEAD_CHUNK * l^2 * 4 + l^2 * 4 bytes.
+For an 8B model (LLaDA: 32 heads of 128) at a 256-token prompt plus gen 256 (l = 512): 17 MB + 1 MB,
+whatever the number of layers, against about 16 GB of bf16 weights. The loop's stage maps add
+3 * n * (n + 1) float64 (1.6 MB at n = 256).
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+HEAD_CHUNK = 8          # heads scored at once; bounds the transient memory above
+
+
+def _config_value(config, *names, default=None):
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+class AttentionHooks:
+    """Recomputes attention in every module that owns a ``q_proj`` and a ``k_proj`` (LLaDA's blocks,
+    Dream's / Qwen2's attention), or in the chosen ``layers`` of them (indices in model order)."""
+
+    def __init__(self, sites: list[nn.Module], heads: int, kv_heads: int, head_dim: int, theta: float):
+        self.sites, self.heads, self.kv_heads, self.head_dim, self.theta = sites, heads, kv_heads, head_dim, theta
+        self._pending: dict[int, dict[str, torch.Tensor]] = {}
+        self._key_mask: torch.Tensor | None = None
+        self.total: torch.Tensor | None = None
+        self.layers_seen = 0
+
+    @classmethod
+    def find(cls, model: nn.Module, layers=None) -> "AttentionHooks | None":
+        """Hooks for ``model``, or None when it has no query/key projections or its config lacks the head count."""
+        sites = [m for _, m in model.named_modules()
+                 if isinstance(getattr(m, "q_proj", None), nn.Module) and isinstance(getattr(m, "k_proj", None), nn.Module)]
+        config = getattr(model, "config", None)
+        heads = _config_value(config, "n_heads", "num_attention_heads")
+        hidden = _config_value(config, "d_model", "hidden_size")
+        if not sites or not heads or not hidden:
+            return None
+        if layers is not None:
+            sites = [sites[i] for i in layers]
+        kv_heads = _config_value(config, "n_kv_heads", "num_key_value_heads", default=heads)
+        head_dim = _config_value(config, "head_dim", default=hidden // heads)
+        theta = float(_config_value(config, "rope_theta", default=10000.0))
+        return cls(sites, int(heads), int(kv_heads), int(head_dim), theta)
+
+    @contextmanager
+    def capture(self, key_mask: torch.Tensor | None = None):
+        """Hooks in place for one forward pass; ``maps()`` then holds the mean map. ``key_mask`` (b, l; bool, on
+        the model's device) hides padded keys, as the model's own attention mask does."""
+        self.total, self.layers_seen, self._pending, self._key_mask = None, 0, {}, key_mask
+        handles = []
+        for site in self.sites:
+            handles.append(site.q_proj.register_forward_hook(self._hook(site, "q")))
+            handles.append(site.k_proj.register_forward_hook(self._hook(site, "k")))
+        try:
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+            self._pending, self._key_mask = {}, None
+
+    def maps(self) -> tuple[torch.Tensor, ...] | None:
+        """The mean over the hooked layers and heads as one (b, 1, l, l) map, like a one-layer, one-head
+        ``output_attentions``; None if no hooked layer ran."""
+        if self.total is None:
+            return None
+        return ((self.total / self.layers_seen)[:, None],)
+
+    def _hook(self, site: nn.Module, which: str):
+        def keep(module, inputs, output):
+            pending = self._pending.setdefault(id(site), {})
+            pending[which] = output
+            if len(pending) == 2:
+                del self._pending[id(site)]
+                self._add(pending["q"], pending["k"])
+        return keep
+
+    def _add(self, q: torch.Tensor, k: torch.Tensor) -> None:
+        b, l, _ = q.shape
+        d = self.head_dim
+        q = self._rope(q.reshape(b, l, self.heads, d).transpose(1, 2).float())             # b, h, l, d
+        k = self._rope(k.reshape(b, l, self.kv_heads, d).transpose(1, 2).float())          # b, kv, l, d
+        k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)                        # b, h, l, d
+        mean = None
+        for h in range(0, self.heads, HEAD_CHUNK):
+            scores = q[:, h:h + HEAD_CHUNK] @ k[:, h:h + HEAD_CHUNK].transpose(-1, -2) / math.sqrt(d)
+            if self._key_mask is not None:
+                scores = scores.masked_fill(~self._key_mask[:, None, None, :], -torch.inf)
+            part = scores.softmax(dim=-1).sum(dim=1)                                       # b, l, l
+            mean = part if mean is None else mean + part
+        mean = mean / self.heads
+        self.total = mean if self.total is None else self.total + mean
+        self.layers_seen += 1
+
+    def _rope(self, x: torch.Tensor) -> torch.Tensor:
+        """Rotary position embedding with rotate-half pairing, positions 0..l-1 (LLaDA's and Dream's form)."""
+        l, d = x.shape[-2], x.shape[-1]
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+        freqs = torch.arange(l, device=x.device, dtype=torch.float32)[:, None] * inv_freq[None, :]   # l, d/2
+        angles = torch.cat([freqs, freqs], dim=-1)                                                   # l, d
+        first, second = x[..., : d // 2], x[..., d // 2:]
+        return x * angles.cos() + torch.cat([-second, first], dim=-1) * angles.sin()
