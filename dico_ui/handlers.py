@@ -18,12 +18,11 @@ from pathlib import Path
 import gradio as gr
 
 import visuals
-from dico.settings import METHODS, SETTINGS, settings_table, specs
 from dico.trace import BUNDLE_SCHEMA, MAX_JSON_BYTES, Trace, bundle_json, read_traces
 from dico_ui import render
 from dico_ui.models import EMBEDDED_NAME, HUB_MODELS, describe, get_predictor, gpu, is_warm, mark_warm
 from dico_ui.race import Frame, race, replay
-from dico_ui.request import build_request, check, settings_from_controls, settings_from_json
+from dico_ui.request import CONTROLS, build_request, check, group_label, settings_from_controls, settings_from_json
 from dico_ui.text import clean, prose
 
 log = logging.getLogger("dico_ui")
@@ -128,8 +127,7 @@ def write_bundle(traces: list[Trace]) -> str:
 def about_text(traces: list[Trace], outside: str = "") -> str:
     """assets/ui/about.md with the run's numbers filled in: where each method's parallelism comes from."""
     values = dict(bundle_schema=BUNDLE_SCHEMA, embedded=EMBEDDED_NAME, run="", numbers="", lessons="",
-                  settings="\n\n".join(f"**{render.label(m)}**\n\n{settings_table(m)}" for m in METHODS
-                                       if specs(SETTINGS[m])))
+                  settings=settings_tables())
     if traces:
         rows = [render.parallelism(t) for t in render.method_order(traces)]
         values["run"] = "The numbers below are those of the run on screen: " + render.run_caption(traces[0]) + "."
@@ -143,6 +141,22 @@ def about_text(traces: list[Trace], outside: str = "") -> str:
         values["lessons"] = "\n".join(f"- {lesson(r)}" for r in rows) + \
             (f"\n\n⚠ {clean(outside)}" if outside else "")
     return string.Template(prose("about.md")).safe_substitute(values)
+
+
+def settings_tables() -> str:
+    """The About text's settings: one table per group of generated controls (the shared sampling options once)."""
+    groups: dict[str, list] = {}
+    for group, spec in CONTROLS:
+        groups.setdefault(group, []).append(spec)
+    out = []
+    for group, group_specs in groups.items():
+        rows = ["| setting | default | allowed | paper / authors' code | what it does |", "|---|---|---|---|---|"]
+        for s in group_specs:
+            allowed = " / ".join(s.choices) if s.choices else ("on / off" if s.type is bool else s.interval())
+            origin = "; ".join(f"{k}: {v}" for k, v in (("paper", s.paper), ("code", s.code)) if v is not None)
+            rows.append(f"| `{s.name}` | {s.default} | {allowed} | {origin or 'same'} | {s.help} |")
+        out.append(f"**{group_label(group)}**\n\n" + "\n".join(rows))
+    return "\n\n".join(out)
 
 
 def lesson(r: dict) -> str:

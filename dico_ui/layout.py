@@ -14,8 +14,8 @@ from dico.models import EMBEDDED_NAME
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHOD_LABELS, METHODS, MODES
 from dico_ui import handlers as h
 from dico_ui.models import model_choices
-from dico_ui.render import TABLE_COLUMNS, label
-from dico_ui.request import CONTROLS, DEFAULT_METHODS, MAX_GEN_LENGTH
+from dico_ui.render import TABLE_COLUMNS
+from dico_ui.request import CONTROLS, DEFAULT_METHODS, MAX_GEN_LENGTH, group_label
 from dico_ui.text import prose
 
 # gradio 5.50 is pinned (see requirements.txt); its notices about gradio 6 APIs are noise here.
@@ -37,11 +37,11 @@ def example_label(example: dict) -> str:
     return f"{kind} · {prompt[:30].rstrip()}…" if len(prompt) > 32 else f"{kind} · {prompt}"
 
 
-def setting_control(method: str, spec):
+def setting_control(group: str, spec):
     """One settings control from its Spec: its range and help are the library's; values are checked by
     ``spec.check`` when Run is pressed (a number box never clamps silently)."""
     origin = "; ".join(f"{k}: {v}" for k, v in (("paper", spec.paper), ("authors' code", spec.code)) if v is not None)
-    kw = dict(label=f"{label(method)} · {spec.name}", elem_id=f"setting-{method}-{spec.name}",
+    kw = dict(label=f"{group_label(group)} · {spec.name}", elem_id=f"setting-{group}-{spec.name}",
               info=spec.help + (f" ({origin})" if origin else ""))
     if spec.type is bool:
         return gr.Checkbox(spec.default, **kw)
@@ -110,7 +110,8 @@ def build_demo() -> gr.Blocks:
                 capture_attention = gr.Checkbox(True, label="capture attention (DiCo run)",
                                                 info="record attention maps when the model returns them")
                 with gr.Accordion("Settings (generated from dico/settings.py)", open=False, elem_id="settings"):
-                    controls = [setting_control(method, spec) for method, spec in CONTROLS]
+                    gr.Markdown("Checked when you press Run: a value outside its range is reported, never clamped.")
+                    controls = [setting_control(group, spec) for group, spec in CONTROLS]
         with gr.Tabs(elem_id="results"):
             with gr.Tab("DiCo trajectory", id="trajectory-tab") as trajectory_tab:
                 trajectory = gr.Plot(show_label=False, elem_id="trajectory-plot")

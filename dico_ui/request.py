@@ -13,14 +13,16 @@ from dataclasses import dataclass, field
 from dico.loop import check_inputs, check_request
 from dico.models import EMBEDDED_NAME, MaskPredictor
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, NON_AR, SEMI_AR, SETTINGS, \
-    settings_for, specs
+    own_specs, sampling_specs, settings_for
 from dico_ui.models import get_predictor
 from dico_ui.render import label
 
 MAX_GEN_LENGTH = 256            # the page's limit: a public CPU Space should answer in seconds
 DEFAULT_METHODS = ("vanilla", "fast", "dico")
-# Every generated settings control, in page order: (method, Spec).
-CONTROLS = [(method, spec) for method in METHODS for spec in specs(SETTINGS[method])]
+SHARED = "sampling"              # the group of the sampling options every method shares (shown once)
+# Every generated settings control, in page order: (group, Spec); a group is SHARED or a method id.
+CONTROLS = [(SHARED, spec) for spec in sampling_specs()] + \
+    [(method, spec) for method in METHODS for spec in own_specs(SETTINGS[method])]
 # The embedded model's task shapes (dico/tasks.py): a "How many ..." word problem, or an operation on a list.
 _WORD_SHAPE = re.compile(r"\bhow many\b", re.IGNORECASE)
 _LIST_SHAPE = re.compile(r"\b(add|increase|subtract|take|smaller|double|twice|multiply)\b", re.IGNORECASE)
@@ -54,19 +56,26 @@ def whole(value, name: str):
 
 
 def settings_from_controls(methods: list[str], values) -> dict[str, dict]:
-    """The values of the generated controls (``CONTROLS`` order) as one checked dict per chosen method."""
+    """The values of the generated controls (``CONTROLS`` order) as one checked dict per chosen method; the shared
+    sampling options go to every chosen method."""
     values = list(values)
     if len(values) != len(CONTROLS):
         raise ValueError(f"settings: expected {len(CONTROLS)} values, got {len(values)}")
-    out: dict[str, dict] = {}
-    for (method, spec), value in zip(CONTROLS, values):
-        if method not in methods:
+    out: dict[str, dict] = {m: {} for m in methods}
+    for (group, spec), value in zip(CONTROLS, values):
+        if group != SHARED and group not in methods:
             continue
         try:
-            out.setdefault(method, {})[spec.name] = spec.check(value)
+            checked = spec.check(value)
         except ValueError as exc:
-            raise ValueError(f"{label(method)} setting {exc}") from None
+            raise ValueError(f"{group_label(group)} setting {exc}") from None
+        for method in (methods if group == SHARED else [group]):
+            out[method][spec.name] = checked
     return out
+
+
+def group_label(group: str) -> str:
+    return "Sampling (every method)" if group == SHARED else label(group)
 
 
 def settings_from_json(settings) -> dict[str, dict]:
