@@ -1,52 +1,54 @@
-"""The figures say what the trace says: checked against the trace itself, never against fixture quirks.
+"""The figures say what the trace says, on traces the real decoder made (``tests/golden/traces``).
 
-Every check derives its expectation from the trace (``commit_step``, ``steps``), so the same tests
-can run on real traces from the decoding loop: add them to ``TRACES``.
+Every expectation is derived from the trace itself (its steps, ``answer_length``, ``answer_nfe``,
+``block_length``), so a regenerated golden set (``python tests/golden/make_golden.py``) keeps the tests meaningful.
 """
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fixtures.make_fixture import synthetic_trace  # noqa: E402
+import visuals
+from dico.settings import METHOD_LABELS
+from dico.trace import PHASES, Trace
+from visuals import (METHOD_COLORS, OKABE_ITO, PHASE_COLORS, accuracy_nfe_figure, attention_figure, cluster_figure,
+                     comparison_figure, comparison_table, method_id, phase_figure, step_text, step_view_figure,
+                     stream_figure, trajectories_side_by_side, trajectory_figure)
 
-import visuals  # noqa: E402
-from dico.trace import PHASES, Trace  # noqa: E402
-from visuals import (OKABE_ITO, PHASE_COLORS, accuracy_nfe_figure, attention_figure, cluster_figure,  # noqa: E402
-                     comparison_figure, comparison_table, phase_figure, step_text, step_view_figure,
-                     trajectories_side_by_side, trajectory_figure)
-
-TRACES = {
-    "vanilla": dict(method="vanilla", gen_length=48, seed=1),
-    "fast": dict(method="fast", gen_length=48, seed=1),
-    "dico": dict(method="dico", gen_length=64, seed=2, with_attention=True),
-    "dico-semi-ar": dict(method="dico", gen_length=64, seed=3, with_attention=True, block_length=16),
-}
-
-
-@pytest.fixture(scope="module", params=list(TRACES))
-def trace(request) -> Trace:
-    return synthetic_trace(**TRACES[request.param])
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = {p.stem: p for p in sorted((ROOT / "tests" / "golden" / "traces").glob("*.json"))}
+SEMI_AR = [name for name in GOLDEN if name.endswith("semi-ar")]
+DICO = [name for name in GOLDEN if "-dico-" in name]
 
 
 @pytest.fixture(scope="module")
-def runs() -> list[Trace]:
-    """One prompt decoded by three methods, as the comparison tab gets them."""
-    return [synthetic_trace(m, 64, seed=5) for m in ("fast", "vanilla", "dico")]
+def golden() -> dict[str, Trace]:
+    return {name: Trace.load(path) for name, path in GOLDEN.items()}
+
+
+@pytest.fixture(params=list(GOLDEN))
+def trace(request, golden) -> Trace:
+    return copy.deepcopy(golden[request.param])
+
+
+@pytest.fixture
+def runs(golden) -> list[Trace]:
+    """One prompt decoded by three methods, non-AR, as the comparison tab gets them."""
+    return [copy.deepcopy(golden[f"word0-{m}-non-ar"]) for m in ("fast", "vanilla", "dico")]
 
 
 def by_name(fig, name):
     return [d for d in fig.data if d.name == name]
+
+
+def shapes(fig, name):
+    return [s for s in fig.layout.shapes if s.name == name]
 
 
 def segments(xs) -> list[list[float]]:
@@ -69,28 +71,19 @@ def decoded_before(trace: Trace) -> np.ndarray:
     return (when[None, :] >= 0) & (when[None, :] < index)
 
 
-# ---------------------------------------------------------------------------------------- the fixture
+def block_edges(trace: Trace) -> list[float]:
+    """Where a semi-AR figure must draw a boundary: before every block but the first."""
+    return [b - 0.5 for b in range(trace.block_length, trace.gen_length, trace.block_length)]
 
-def test_fixture_follows_the_schema(trace):
-    assert Trace.from_json(trace.to_json()) == trace           # the library's own validation accepts it
-    assert trace.nfe == len(trace.steps) and len(trace.response) == trace.gen_length
-    seen: set[int] = set()
-    for i, step in enumerate(trace.steps):
-        assert step.index == i and step.committed and not seen & set(step.committed)
-        masked = [p not in seen for p in range(trace.gen_length)]
-        assert [c is not None for c in step.confidence] == masked
-        assert all(0 <= c <= 1 for c in step.confidence if c is not None)
-        assert all(step.window[0] <= p < step.window[1] for p in step.committed)
-        seen |= set(step.committed)
-    assert seen == set(range(trace.gen_length))
-    used = {t for s in trace.steps for t in s.tokens + [p for p in s.prediction if p is not None]} | set(trace.response)
-    assert {str(t) for t in used} <= trace.vocab.keys()
-    phases = {s.phase for s in trace.steps}
-    assert phases <= ({"divide", "conquer", "finalize"} if trace.method == "dico" else {trace.method})
-    if trace.method == "dico":
-        assert "divide" in phases and any(s.seeds for s in trace.steps) and any(s.clusters for s in trace.steps)
-    if trace.method == "vanilla":
-        assert all(len(s.committed) == 1 for s in trace.steps)
+
+def padding_total(trace: Trace) -> int:
+    return sum(len(trace.padding_commits(s)) for s in trace.steps)
+
+
+def test_the_golden_set_covers_what_the_figures_draw(golden):
+    assert {t.method for t in golden.values()} == set(METHOD_LABELS)
+    assert SEMI_AR and DICO and any(golden[n].attention for n in DICO)
+    assert all(padding_total(t) > 0 for t in golden.values())        # the lesson of issue 14 needs padding
 
 
 # ---------------------------------------------------------------------------------------- trajectory
@@ -101,21 +94,41 @@ def test_trajectory_heatmap_is_blank_exactly_where_decoded(trace):
     z = np.asarray(heat.z, dtype=float)
     assert heat.type == "heatmap" and z.shape == (len(trace.steps), trace.gen_length)
     assert np.array_equal(np.isnan(z), decoded_before(trace))
-    conf = np.array([s.confidence for s in trace.steps], dtype=float)
-    assert np.allclose(z, conf, atol=1e-3, equal_nan=True)
-    assert list(heat.y) == [s.index for s in trace.steps]
+    assert np.allclose(z, np.array([s.confidence for s in trace.steps], dtype=float), atol=1e-3, equal_nan=True)
     r, j = np.argwhere(~np.isnan(z))[-1]                        # hover names the predicted token
     assert visuals._common.show(trace.token_text(trace.steps[r].prediction[j])) in np.asarray(heat.text)[r, j]
-    assert fig.layout.yaxis.autorange == "reversed"             # step 0 at the top, as in the paper
-    assert fig.layout.coloraxis.colorbar.title.text == "confidence"
+    assert tuple(fig.layout.yaxis.range) == (len(trace.steps) - 0.5, -0.5)     # step 0 at the top, as in the paper
     assert str(trace.nfe) in fig.layout.title.text
 
 
-def test_trajectory_marks_every_commit_at_its_step(trace):
-    (committed,) = by_name(trajectory_figure(trace), "committed")
-    assert committed.marker.color == OKABE_ITO["vermillion"]
-    got = set(zip(committed.x.tolist(), committed.y.tolist()))
-    assert got == {(p, s.index) for s in trace.steps for p in s.committed}
+def test_guided_trajectory_shows_what_divide_ranked_by(trace):
+    z = np.asarray(trajectory_figure(trace, confidence="guided").data[0].z, dtype=float)
+    for r, step in enumerate(trace.steps):
+        expected = step.confidence if step.guided_confidence is None else step.guided_confidence
+        assert np.allclose(z[r], np.array(expected, dtype=float), atol=1e-3, equal_nan=True)
+    if trace.method == "dico" and trace.settings.get("guidance"):
+        raw = np.asarray(trajectory_figure(trace).data[0].z, dtype=float)
+        assert not np.allclose(z, raw, equal_nan=True)           # guidance changes what Divide sees
+    with pytest.raises(ValueError, match="confidence"):
+        trajectory_figure(trace, confidence="logit")
+
+
+def test_answer_and_padding_commits_are_drawn_apart(trace):
+    fig = trajectory_figure(trace)
+    (answer,) = by_name(fig, "answer commit")
+    (padding,) = by_name(fig, "padding commit")
+    assert answer.marker.color == OKABE_ITO["vermillion"] and padding.marker.symbol == "circle-open"
+    assert padding.marker.color != answer.marker.color
+    assert set(zip(answer.x.tolist(), answer.y.tolist())) == {(p, s.index) for s in trace.steps
+                                                              for p in trace.answer_commits(s)}
+    assert len(padding.x) == padding_total(trace)
+    assert set(zip(padding.x.tolist(), padding.y.tolist())) == {(p, s.index) for s in trace.steps
+                                                                for p in trace.padding_commits(s)}
+    (end,) = shapes(fig, "answer end")
+    assert end.x0 == trace.answer_length - 0.5                  # answer | padding
+    (complete,) = shapes(fig, "answer complete")
+    assert complete.y0 == trace.answer_nfe - 0.5                # under the step that committed the last answer token
+    assert f"answer complete after {trace.answer_nfe}" in fig.layout.title.text
 
 
 def test_trajectory_outlines_every_cluster_and_seed(trace):
@@ -127,7 +140,6 @@ def test_trajectory_outlines_every_cluster_and_seed(trace):
         return
     (clusters,) = by_name(fig, "clusters")
     xs, ys = segments(clusters.x), segments(clusters.y)
-    assert len(xs) == len(spans)                                # one outline per cluster per step
     assert [(round(np.mean(y)), min(x) + 0.5, max(x) - 0.5) for x, y in zip(xs, ys)] == spans
     (seed,) = by_name(fig, "seed")
     assert set(zip(seed.x.tolist(), seed.y.tolist())) == seeds
@@ -135,122 +147,199 @@ def test_trajectory_outlines_every_cluster_and_seed(trace):
     assert not by_name(bare, "clusters") and not by_name(bare, "seed")
 
 
-def test_side_by_side_shares_one_colour_scale(runs):
+def test_colour_bar_title_stays_clear_of_the_toolbar(trace):
+    """Plotly's toolbar floats in the top margin: the bar starts at the plot's top, its title on its side."""
+    for fig in (trajectory_figure(trace), step_view_figure(trace, 0)):
+        bar = fig.layout.coloraxis.colorbar
+        assert bar.title.side == "right" and bar.y <= 1.0 and bar.yanchor == "top"
+        assert fig.layout.template.layout.title.pad.t >= 30 and fig.layout.margin.t >= 100
+
+
+def test_cluster_figure_lines_up_with_the_trajectory(trace):
+    traj, clusters = trajectory_figure(trace), cluster_figure(trace)
+    if not clusters.data:
+        expected = "formed no cluster" if trace.method == "dico" else "only DiCo"
+        assert expected in clusters.layout.annotations[0].text
+        return
+    for key in ("range",):
+        assert tuple(traj.layout.xaxis[key]) == tuple(clusters.layout.xaxis[key]) == (-0.5, trace.gen_length - 0.5)
+        assert tuple(traj.layout.yaxis[key]) == tuple(clusters.layout.yaxis[key])
+    assert traj.layout.margin == clusters.layout.margin and traj.layout.height == clusters.layout.height
+    outlines = [d for d in clusters.data if d.name.startswith("clusters")]
+    assert sum(len(segments(d.x)) for d in outlines) == sum(len(s.clusters) for s in trace.steps)
+    for d in outlines:
+        assert d.line.color == PHASE_COLORS[re.search(r"\((\w+)\)", d.name).group(1)]
+    (padding,) = shapes(clusters, "padding")
+    assert padding.x0 == trace.answer_length - 0.5
+
+
+def test_side_by_side_gives_every_run_an_equal_readable_panel(runs):
     fig = trajectories_side_by_side(runs)
     heats = [d for d in fig.data if d.type == "heatmap"]
     assert len(heats) == len(runs) and {h.coloraxis for h in heats} == {"coloraxis"}
-    assert len({h.xaxis for h in heats}) == len(runs) and {h.yaxis for h in heats} == {"y"}
-    assert [h.z.shape[0] for h in heats] == [r.nfe for r in runs]
+    axes = [fig.layout[h.xaxis.replace("x", "xaxis")] for h in heats]
+    widths = [round(a.domain[1] - a.domain[0], 6) for a in axes]
+    assert len(set(widths)) == 1                                # no squashed panel
+    assert {tuple(a.range) for a in axes} == {(-0.5, runs[0].gen_length - 0.5)}
+    for h, run in zip(heats, runs):                             # each step axis fills its panel
+        assert tuple(fig.layout[h.yaxis.replace("y", "yaxis")].range) == (run.nfe - 0.5, -0.5)
     shown = [d.name for d in fig.data if d.showlegend]
-    assert len(shown) == len(set(shown)) and "committed" in shown
+    assert len(shown) == len(set(shown)) and {"answer commit", "padding commit"} <= set(shown)
+    shared = trajectories_side_by_side(runs, shared_steps=True)
+    assert {d.yaxis for d in shared.data if d.type == "heatmap"} == {"y"}
+    assert tuple(shared.layout.yaxis.range) == (max(r.nfe for r in runs) - 0.5, -0.5)
 
 
-# ---------------------------------------------------------------------------------------- phases and clusters
+# ---------------------------------------------------------------------------------------- semi-AR blocks
+
+@pytest.mark.parametrize("name", SEMI_AR)
+def test_every_semi_ar_figure_draws_its_block_boundaries(golden, name):
+    trace = golden[name]
+    edges = block_edges(trace)
+    assert edges
+    for fig in (trajectory_figure(trace), cluster_figure(trace), trajectories_side_by_side([trace]),
+                step_view_figure(trace, 0)):
+        if fig.data:
+            assert sorted(s.x0 for s in shapes(fig, "block boundary")) == edges
+    if trace.attention is not None:
+        fig = attention_figure(trace)
+        lines = shapes(fig, "block boundary")
+        panels = sum(d.type == "heatmap" for d in fig.data)
+        assert sorted(s.x0 for s in lines if s.x0 == s.x1 and s.xref.startswith("x") and s.yref.endswith("domain")) \
+            == sorted(edges * panels)
+    view = stream_figure(trace, 0)
+    (grid,) = by_name(view, "block boundary")
+    assert len(segments(grid.x)) == len(edges)
+    starts = [s.index for prev, s in zip(trace.steps, trace.steps[1:]) if s.window != prev.window]
+    assert sorted(s.x0 + 0.5 for s in shapes(phase_figure(trace), "block start")) == starts
+    ticks = [d for d in comparison_figure([trace]).data if d.name.endswith("block start")]
+    assert list(ticks[0].x) == starts
+
+
+def test_non_ar_figures_draw_no_block_boundaries(runs):
+    for fig in (trajectory_figure(runs[2]), cluster_figure(runs[2]), phase_figure(runs[2])):
+        assert not shapes(fig, "block boundary") and not shapes(fig, "block start")
+
+
+# ---------------------------------------------------------------------------------------- phases
 
 def test_phase_colours_are_okabe_ito_and_cover_every_phase():
     assert set(PHASE_COLORS) == set(PHASES)
     assert set(PHASE_COLORS.values()) <= set(OKABE_ITO.values()) and len(set(PHASE_COLORS.values())) == len(PHASES)
 
 
-def test_phase_band_covers_every_step_once(trace):
+def test_phase_bars_split_answer_from_padding(trace):
     fig = phase_figure(trace)
     band = [d for d in fig.data if d.yaxis == "y"]
-    bars = [d for d in fig.data if d.yaxis == "y2"]
-    steps = sorted(x for d in band for x in d.x.tolist())
-    assert steps == [s.index for s in trace.steps]
-    for d in band + bars:
-        assert d.marker.color == PHASE_COLORS[d.name]
-        assert all(trace.steps[x].phase == d.name for x in d.x.tolist())
-    counts = {x: y for d in bars for x, y in zip(d.x.tolist(), d.y.tolist())}
-    assert counts == {s.index: len(s.committed) for s in trace.steps}
-
-
-def test_cluster_figure_draws_only_clusters_and_seeds(trace):
-    fig = cluster_figure(trace)
-    spans = sum(len(s.clusters) for s in trace.steps)
-    if not spans:
-        expected = "formed no cluster" if trace.method == "dico" else "only DiCo"
-        assert not fig.data and expected in fig.layout.annotations[0].text
-        return
-    outlines = [d for d in fig.data if d.name.startswith("clusters")]
-    assert sum(len(segments(d.x)) for d in outlines) == spans
-    for d in outlines:
-        assert d.line.color == PHASE_COLORS[re.search(r"\((\w+)\)", d.name).group(1)]
-    assert {d.name for d in fig.data} - {d.name for d in outlines} == {"seed"}
+    assert sorted(x for d in band for x in d.x.tolist()) == [s.index for s in trace.steps]
+    bars = [d for d in fig.data if d.yaxis == "y2" and d.x[0] is not None]
+    answer = {x: y for d in bars if not d.name.endswith("padding") for x, y in zip(d.x.tolist(), d.y.tolist())}
+    padding = {x: y for d in bars if d.name.endswith("padding") for x, y in zip(d.x.tolist(), d.y.tolist())}
+    assert answer == {s.index: len(trace.answer_commits(s)) for s in trace.steps}
+    assert padding == {s.index: len(trace.padding_commits(s)) for s in trace.steps}
+    for d in bars:
+        assert d.marker.color == PHASE_COLORS[d.name.split()[0]]
+        assert bool(d.marker.pattern.shape) == d.name.endswith("padding")    # hatched padding
+    assert f"answer complete after {trace.answer_nfe} steps" in fig.layout.title.text
 
 
 # ---------------------------------------------------------------------------------------- attention
 
-def test_attention_stages_are_non_negative_and_explained(trace):
+@pytest.mark.parametrize("name", [n for n in DICO])
+def test_attention_keys_line_up_with_positions_and_empty_stages_say_so(golden, name):
+    trace = golden[name]
     fig = attention_figure(trace)
-    if trace.attention is None:
-        assert not fig.data and "not captured" in fig.layout.annotations[0].text
-        return
-    heats = [d for d in fig.data if d.type == "heatmap"]
-    assert [h.name for h in heats] == ["early", "middle", "late"]
-    for h, rows in zip(heats, trace.attention.matrix):
+    heats = {h.name: h for h in fig.data if h.type == "heatmap"}
+    notes = [a for a in fig.layout.annotations if a.name == "empty stage"]
+    for stage, steps, rows in zip(trace.attention.stages, trace.attention.steps, trace.attention.matrix):
+        if not steps:
+            assert stage not in heats                           # no blank panel: a note says why
+            continue
+        h = heats[stage]
         z = np.asarray(h.z, dtype=float)
         assert z.shape == (trace.gen_length, trace.gen_length + 1) and np.nanmin(z, initial=0) >= 0
         assert [bool(np.isnan(row).all()) for row in z] == [row is None for row in rows]
-    assert {h.coloraxis for h in heats} == {"coloraxis"} and fig.layout.coloraxis.cmin == 0
-    assert "1/3" in fig.layout.title.text and "2/3" in fig.layout.title.text
-    titles = [a.text for a in fig.layout.annotations]
-    for stage, steps in zip(trace.attention.stages, trace.attention.steps):
-        assert any(t.startswith(stage) for t in titles) and f"{stage}: {len(steps)} steps" in fig.layout.title.text
-    assert fig.layout.xaxis.title.text == "key position (0 = prompt)"
-    assert fig.layout.yaxis.title.text == "masked query position"
+        assert list(h.x[:2]) == [-1, 0] and h.x[-1] == trace.gen_length - 1    # key 1 + j is position j
+        axis = fig.layout[h.xaxis.replace("x", "xaxis")]
+        assert axis.ticktext[0] == "prompt" and axis.tickvals[0] == -1
+    assert len(notes) == sum(not steps for steps in trace.attention.steps)
+    assert all("no step ran" in a.text for a in notes)
+    assert fig.layout.coloraxis.cmin == 0 and "1/3" in fig.layout.title.text
 
 
-def test_attention_without_capture_says_so():
-    fig = attention_figure(synthetic_trace("vanilla", 16))
-    assert "enable capture" in fig.layout.annotations[0].text
+def test_the_word_problem_skips_the_middle_stage(golden):
+    """The empty middle panel of issue 14: one Conquer step took the run from < 1/3 to >= 2/3 decoded."""
+    trace = golden["word0-dico-non-ar"]
+    assert trace.attention.steps[1] == []
+    assert "middle: no steps" in [a.text for a in attention_figure(trace).layout.annotations]
+
+
+def test_attention_without_capture_says_so(golden):
+    fig = attention_figure(golden["word0-vanilla-non-ar"])
+    assert not fig.data and "enable capture" in fig.layout.annotations[0].text
 
 
 # ---------------------------------------------------------------------------------------- comparison
 
-def test_comparison_masked_fraction_runs_from_one_to_zero(runs):
+def test_comparison_shows_when_each_answer_is_complete(runs):
     fig = comparison_figure(runs)
-    assert len(fig.data) == len(runs)
-    for line, run in zip(fig.data, runs):
-        assert line.y[0] == 1 and line.y[-1] == 0 and line.x[-1] == run.nfe
-        assert np.all(np.diff(line.y) < 0)                      # every step commits at least one token
+    for run in runs:
+        name = visuals._common.run_name(run)
+        (whole,) = by_name(fig, name)
+        (answer,) = by_name(fig, f"{name}: answer")
+        (star,) = by_name(fig, f"{name}: answer complete")
+        assert whole.y[0] == 1 and whole.y[-1] == 0 and whole.x[-1] == run.nfe
+        assert np.all(np.diff(whole.y) < 0)                     # every step commits at least one token
+        assert list(answer.y).index(0) == run.answer_nfe        # the answer empties at its answer NFE
+        assert list(star.x) == [run.answer_nfe] and star.marker.color == whole.line.color
 
 
-def test_comparison_table_speedups_are_against_vanilla(runs):
+def test_comparison_table_puts_answer_numbers_beside_the_totals(runs):
     rows = comparison_table(runs)
     vanilla = runs[1]
     assert [r["method"] for r in rows] == ["Fast-dLLM", "Vanilla", "DiCo"]
-    assert rows[1]["speedup_nfe"] == 1.0 and rows[1]["speedup_wall"] == 1.0
+    assert [r["method_id"] for r in rows] == ["fast", "vanilla", "dico"]
     for row, run in zip(rows, runs):
-        assert row["nfe"] == run.nfe and row["speedup_nfe"] == round(vanilla.nfe / run.nfe, 2)
-        assert set(row) == {"method", "mode", "nfe", "tokens_per_s", "wall_s", "speedup_nfe", "speedup_wall"}
+        assert row["nfe"] == run.nfe and row["answer_nfe"] == run.answer_nfe
+        assert row["tokens_per_step"] == round(run.gen_length / run.nfe, 2)
+        assert row["answer_tokens_per_step"] == round(run.answer_length / run.answer_nfe, 2)
+        assert row["answer_tokens"] + row["padding_tokens"] == run.gen_length
+        assert row["speedup_nfe"] == round(vanilla.nfe / run.nfe, 2)
+        assert row["speedup_answer_nfe"] == round(vanilla.answer_nfe / run.answer_nfe, 2)
+    assert rows[1]["speedup_nfe"] == rows[1]["speedup_answer_nfe"] == rows[1]["speedup_wall"] == 1.0
     without = comparison_table([runs[2], runs[0]])
     assert without[0]["speedup_nfe"] == 1.0 and without[1]["speedup_nfe"] == round(runs[2].nfe / runs[0].nfe, 2)
 
 
-def test_stopped_run_keeps_its_masks():
-    trace = synthetic_trace("dico", 48, seed=4)
-    trace.steps, trace.stopped = trace.steps[:3], True
-    trace.nfe = 3
+def test_stopped_run_keeps_its_masks(runs):
+    trace = runs[2]
+    trace.steps, trace.nfe, trace.stopped = trace.steps[:3], 3, True
+    trace.set_answer(trace.answer_length)
     assert comparison_figure([trace]).data[0].y[-1] > 0
+    assert not by_name(comparison_figure([trace]), "DiCo: answer complete")     # it never was
     assert "stopped" in trajectory_figure(trace).layout.title.text
+    assert not shapes(trajectory_figure(trace), "answer complete")
     assert "_" in step_text(trace, 2)
     step_view_figure(trace, 2).to_json()
 
 
-def test_a_run_without_steps_draws_empty_states():
-    trace = synthetic_trace("vanilla", 8)
+def test_a_run_without_steps_draws_empty_states(runs):
+    trace = runs[1]
     trace.steps, trace.nfe = [], 0
-    for fig in (trajectory_figure(trace), phase_figure(trace), cluster_figure(trace)):
+    for fig in (trajectory_figure(trace), phase_figure(trace), cluster_figure(trace), comparison_figure([trace]),
+                trajectories_side_by_side([trace])):
         assert fig.layout.annotations and not fig.data
     with pytest.raises(ValueError, match="k"):
         step_text(trace, 0)
+    with pytest.raises(ValueError, match="k"):
+        stream_figure(trace)
 
 
 # ---------------------------------------------------------------------------------------- one step
 
 @pytest.mark.parametrize("k", [-1, "last+1", 1.0, True, None])
-def test_step_view_rejects_bad_k(trace, k):
+def test_step_view_rejects_bad_k(golden, k):
+    trace = golden["word0-fast-non-ar"]
     k = len(trace.steps) if k == "last+1" else k
     with pytest.raises(ValueError, match="k"):
         step_view_figure(trace, k)
@@ -266,47 +355,105 @@ def test_step_text_after_the_last_step_is_the_response(trace):
     assert step_text(trace, 0) == expected
 
 
-def test_step_view_shows_masks_commits_seeds_and_clusters(trace):
-    k = next((i for i, s in enumerate(trace.steps) if s.clusters), len(trace.steps) // 2)
+def test_step_view_colours_commits_shades_masks_and_boxes_this_step(trace):
+    k = next((i for i, s in enumerate(trace.steps) if s.clusters and trace.padding_commits(s)), len(trace.steps) // 2)
     step, fig = trace.steps[k], step_view_figure(trace, k)
-    heat, words = fig.data[0], fig.data[1]
-    when = [w for w in trace.commit_step()]
-    masked = [w is None or w > k for w in when]
-    assert len(words.text) == trace.gen_length
-    assert [t == "▢" for t in words.text] == masked
-    cells = np.asarray(heat.z, dtype=float).ravel()[:trace.gen_length]
-    commit_conf = [np.nan if m else trace.steps[w].confidence[p] for p, (w, m) in enumerate(zip(when, masked))]
-    assert np.allclose(cells, commit_conf, equal_nan=True)
-    (now,) = by_name(fig, f"committed at step {k}")
-    assert len(segments(now.x)) == len(step.committed)
+    (committed,), (masked,) = by_name(fig, "committed"), by_name(fig, "still masked")
+    (words,) = by_name(fig, "tokens")
+    when = trace.commit_step()
+    is_masked = [w is None or w > k for w in when]
+    assert [t == "▢" for t in words.text] == is_masked
+    n = trace.gen_length
+    commit_conf = [np.nan if m else trace.steps[w].confidence[p] for p, (w, m) in enumerate(zip(when, is_masked))]
+    assert np.allclose(np.asarray(committed.z, dtype=float).ravel()[:n], commit_conf, equal_nan=True)
+    shade = [step.confidence[p] if m else np.nan for p, m in enumerate(is_masked)]
+    assert np.allclose(np.asarray(masked.z, dtype=float).ravel()[:n], shade, equal_nan=True)
+    assert masked.opacity < 1 and masked.coloraxis == committed.coloraxis
+    answer, padding = by_name(fig, f"committed at step {k}"), by_name(fig, f"padding committed at step {k}")
+    assert sum(len(segments(d.x)) for d in answer) == len(trace.answer_commits(step))
+    assert sum(len(segments(d.x)) for d in padding) == len(trace.padding_commits(step))
+    assert all(d.line.color != OKABE_ITO["vermillion"] for d in padding)
     assert step.phase in fig.layout.title.text and f"{len(step.committed)} committed" in fig.layout.title.text
     if step.clusters:
         cols = int(fig.layout.xaxis.range[1] + 0.5)
         pieces = sum(b // cols - a // cols + 1 for a, b in step.clusters)
         assert len(segments(by_name(fig, "cluster")[0].x)) == pieces
-        assert f"[{step.clusters[0][0]}, {step.clusters[0][1]}]" in fig.layout.title.text
     assert bool(by_name(fig, "seed")) == bool(step.seeds)
-    assert fig.layout.height >= 320                # shorter, plotly.js 3.8 draws nothing when the colour bar is cut
+    assert fig.layout.height >= 320                # shorter, plotly.js draws nothing when the colour bar is cut
+
+
+@pytest.mark.parametrize("name", DICO)
+def test_step_view_of_a_divide_step_plots_its_guidance(golden, name):
+    trace = golden[name]
+    k = next(i for i, s in enumerate(trace.steps) if s.guidance is not None)
+    step, fig = trace.steps[k], step_view_figure(trace, k)
+    (w,) = by_name(fig, "guidance w")
+    (guided,) = by_name(fig, "guided confidence c × w")
+    assert np.allclose(np.asarray(w.y, dtype=float), step.guidance)
+    assert np.allclose(np.asarray(guided.y, dtype=float), np.array(step.guided_confidence, dtype=float),
+                       equal_nan=True)
+    assert w.xaxis == "x2" and tuple(fig.layout.xaxis2.range) == (-0.5, trace.gen_length - 0.5)
+    (tau1,) = [d for d in fig.data if (d.name or "").startswith("tau1")]
+    assert set(tau1.y) == {trace.settings["tau1"]}
+    guided_view = step_view_figure(trace, k, confidence="guided")
+    shade = np.asarray(by_name(guided_view, "still masked")[0].z, dtype=float).ravel()[:trace.gen_length]
+    done = [w is not None and w <= k for w in trace.commit_step()]
+    expected = [np.nan if d else g for d, g in zip(done, step.guided_confidence)]
+    assert np.allclose(shade, np.array(expected, dtype=float), equal_nan=True)
+    conquer = next(i for i, s in enumerate(trace.steps) if s.phase == "conquer")
+    assert not by_name(step_view_figure(trace, conquer), "guidance w")
+
+
+def test_stream_figure_is_the_latest_step_without_the_profile(golden):
+    trace = golden["word0-dico-non-ar"]
+    fig = stream_figure(trace)
+    assert fig.layout.title.text.startswith(f"After step {len(trace.steps) - 1} ")
+    assert "xaxis2" not in fig.layout.to_plotly_json() and not by_name(fig, "guidance w")
+    assert fig.layout.height < step_view_figure(trace, len(trace.steps) - 1).layout.height
 
 
 # ---------------------------------------------------------------------------------------- benchmark
 
-def test_accuracy_nfe_has_one_point_per_method_mode_and_task():
-    rows = [dict(method=m, mode=mode, task=task, accuracy=acc, nfe_mean=nfe)
-            for task in ("gsm8k", "math") for (m, mode, acc, nfe) in
-            (("vanilla", "non-ar", 0.56, 256), ("fast", "non-ar", 0.57, 87), ("dico", "non-ar", 0.75, 67),
-             ("dico", "semi-ar", 0.70, 80))]
+def bench_rows() -> list[dict]:
+    return json.loads((ROOT / "assets" / "bench" / "table1.json").read_text())["rows"]
+
+
+def test_method_ids_are_read_from_ids_labels_and_variant_labels():
+    assert [method_id(n) for n in ("dico", "DiCo", "DiCo w/o TG", "DiCo N=4", "Fast-dLLM (0.95)",
+                                   "Fast-dLLM (factor)", "Vanilla", "something else")] == \
+        ["dico", "dico", "dico", "dico", "fast", "fast-factor", "vanilla", "something else"]
+
+
+@pytest.mark.parametrize("style", ["labels in method (shipped rows)", "ids with labels"])
+def test_benchmark_colours_each_method_by_its_id(style):
+    rows = bench_rows()
+    if style == "ids with labels":
+        rows = [dict(r, method=method_id(r["method"]), label=r["method"]) for r in rows]
     fig = accuracy_nfe_figure(rows)
-    points = {(d.name, d.xaxis, x, y) for d in fig.data for x, y in zip(d.x, d.y)}
-    assert len(points) == len(rows)
-    symbols = {d.name: d.marker.symbol for d in fig.data}
+    points = [d for d in fig.data if d.mode == "markers"]
+    assert sum(len(d.x) for d in points) == len(rows)
+    for d in points:
+        assert d.marker.color == METHOD_COLORS[d.meta]
+        assert method_id(d.name.rsplit(" (", 1)[0]) == d.meta
+    assert any(d.name.startswith("DiCo") and d.marker.color == METHOD_COLORS["dico"] for d in points)
+    symbols = {d.name: d.marker.symbol for d in points}
     assert symbols["DiCo (non-ar)"] != symbols["DiCo (semi-ar)"]
     assert fig.layout.yaxis.tickformat == ".0%"
+
+
+def test_benchmark_draws_answer_nfe_when_rows_have_it():
+    rows = [dict(r, answer_nfe_mean=r["nfe_mean"] / 2) for r in bench_rows()]
+    fig = accuracy_nfe_figure(rows)
+    answered = [d for d in fig.data if d.name.endswith("answer NFE")]
+    assert sorted(x for d in answered for x in segments(d.x) for x in x[:1]) == sorted(r["answer_nfe_mean"]
+                                                                                       for r in rows)
+    assert all(d.marker.symbol.endswith("-open") for d in answered)
+    assert not any(d.name.endswith("answer NFE") for d in accuracy_nfe_figure(bench_rows()).data)
     with pytest.raises(ValueError, match="nfe_mean"):
         accuracy_nfe_figure([dict(method="dico", mode="non-ar", task="t", accuracy=0.5)])
 
 
-# ---------------------------------------------------------------------------------------- purity and budget
+# ---------------------------------------------------------------------------------------- purity and size
 
 def first_step_view(trace):
     return step_view_figure(trace, 0)
@@ -319,46 +466,15 @@ def test_figures_are_pure_functions_of_the_trace(trace):
     before = copy.deepcopy(trace)
     loaded = Trace.from_json(trace.to_json())
     for make in FIGURES:
-        assert make(trace).to_json() == make(loaded).to_json()  # a replayed trace draws the same figure
+        fig = make(trace)
+        assert fig.to_json() == make(loaded).to_json()          # a replayed trace draws the same figure
+        assert len(fig.to_json()) < 1e6                         # small enough to stream to a browser
     assert trace == before
 
 
-def test_visuals_never_import_torch_or_gradio():
+def test_visuals_never_import_torch_gradio_or_the_model():
     for path in Path(visuals.__file__).parent.glob("*.py"):
         imports = re.findall(r"^\s*(?:from|import)\s+([\w.]+)", path.read_text(), flags=re.M)
         assert not {i.split(".")[0] for i in imports} & {"torch", "gradio", "transformers"}, path
-        assert all(i == "dico.trace" for i in imports if i.split(".")[0] == "dico"), path
-
-
-@settings(max_examples=12, deadline=None)
-@given(method=st.sampled_from(["vanilla", "fast", "fast-factor", "dico"]), n=st.integers(4, 40),
-       seed=st.integers(0, 10_000), block=st.sampled_from([None, 4, 8]))
-def test_any_trace_draws_consistently(method, n, seed, block):
-    trace = synthetic_trace(method, n, seed=seed, block_length=block)
-    assert Trace.from_json(trace.to_json()) == trace
-    z = np.asarray(trajectory_figure(trace).data[0].z, dtype=float)
-    assert np.array_equal(np.isnan(z), decoded_before(trace))
-    assert comparison_figure([trace]).data[0].y[-1] == 0
-    assert step_text(trace, len(trace.steps) - 1) == "".join(trace.token_text(t) for t in trace.response)
-
-
-def test_gen_length_256_budget():
-    """Figures for a 256-position run stay small enough to stream to a browser (sizes asserted, times printed)."""
-    runs = [synthetic_trace(m, 256, seed=0, with_attention=True) for m in ("vanilla", "fast", "dico")]
-    trajectory_figure(runs[2])                                  # warm plotly's validators
-    total, report = 0.0, []
-    for run in (runs[0], runs[2]):
-        for make in FIGURES:
-            t0 = time.perf_counter()
-            fig = make(run)
-            total += time.perf_counter() - t0
-            size = len(fig.to_json())
-            report.append(f"{run.method}/{make.__name__}: {size / 1e6:.2f} MB")
-            assert size < 2e6
-    for make in (trajectories_side_by_side, comparison_figure):
-        t0 = time.perf_counter()
-        fig = make(runs)
-        total += time.perf_counter() - t0
-        assert len(fig.to_json()) < 2e6
-    print(f"\nbuilt all figures for vanilla + DiCo at gen_length 256 in {total:.3f} s;", "; ".join(report))
-    assert total < 5.0                                          # generous: the machine may be busy
+        assert {i for i in imports if i.split(".")[0] == "dico"} <= {"dico.trace", "dico.settings"}, path
+        assert len(path.read_text().splitlines()) <= 400, path

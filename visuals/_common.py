@@ -1,4 +1,5 @@
-"""What every figure shares: the palettes, a trace turned into step x position arrays, token labels.
+"""What every figure shares: the palettes, a trace turned into step x position arrays, token labels, and the
+marks every figure draws the same way (answer versus padding commits, block boundaries, where the answer ends).
 
 Figures never walk a trace cell by cell; they read the arrays ``Grid`` builds once.
 """
@@ -10,36 +11,58 @@ from functools import cached_property
 import numpy as np
 import plotly.graph_objects as go
 
+from dico.settings import METHOD_LABELS
 from dico.trace import PHASES, Trace
 
-# Okabe & Ito's colour-blind-safe palette (with its grey). Vermillion always means "committed".
+# Okabe & Ito's colour-blind-safe palette (with its grey). Vermillion always means "committed in the answer";
+# end-of-text padding commits are hollow grey: most of the parallelism is padding (issue 14), and it must show.
 OKABE_ITO = {"grey": "#999999", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
              "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "black": "#000000"}
 PHASE_COLORS = dict(zip(PHASES, (OKABE_ITO[c] for c in ("grey", "orange", "sky", "green", "purple"))))
 METHOD_COLORS = {"vanilla": OKABE_ITO["grey"], "fast": OKABE_ITO["orange"], "fast-factor": OKABE_ITO["black"],
                  "dico": OKABE_ITO["blue"]}
-METHOD_NAMES = {"vanilla": "Vanilla", "fast": "Fast-dLLM", "fast-factor": "Fast-dLLM (factor)", "dico": "DiCo"}
+METHOD_NAMES = METHOD_LABELS            # kept for old imports; the labels are declared once, in dico.settings
 COMMIT_COLOR, SEED_COLOR, CLUSTER_COLOR = OKABE_ITO["vermillion"], OKABE_ITO["yellow"], OKABE_ITO["black"]
-# Viridis is perceptually uniform and readable with every common colour-vision deficiency.
-CONFIDENCE_AXIS = dict(colorscale="Viridis", cmin=0.0, cmax=1.0,
-                       colorbar=dict(title=dict(text="confidence"), len=0.6, y=1.0, yanchor="top"))
+ANSWER_COLOR, PADDING_COLOR, BLOCK_COLOR = COMMIT_COLOR, "#7f7f7f", "#444444"
+ANSWER_COMMIT, PADDING_COMMIT = "answer commit", "padding commit"
+CONFIDENCES = ("raw", "guided")
+# Viridis is perceptually uniform and readable with every common colour-vision deficiency. The bar's title
+# sits on its side and the bar starts below the plot top, clear of plotly's toolbar (issue 14).
+COLORBAR = dict(title=dict(text="confidence", side="right"), len=0.55, y=1.0, yanchor="top", thickness=16)
+CONFIDENCE_AXIS = dict(colorscale="Viridis", cmin=0.0, cmax=1.0, colorbar=COLORBAR)
 # Plotly puts the legend and a colour bar at the same place; stack the legend under the shortened bar.
-UNDER_COLORBAR = dict(x=1.02, xanchor="left", y=0.36, yanchor="top")
+UNDER_COLORBAR = dict(x=1.02, xanchor="left", y=0.4, yanchor="top")
+# Figures over response positions share one frame, so their x axes line up when stacked on a page.
+FRAME = dict(l=80, r=210, t=130, b=60)
 MASK = "▢"
 # A small template of our own: plotly's named templates cost ~25 ms per figure and ~7 kB of JSON each.
 _AXIS = dict(showgrid=True, gridcolor="#e8e8e8", zeroline=False, linecolor="#444444", ticks="outside", automargin=True)
 TEMPLATE = dict(layout=dict(font=dict(size=13), paper_bgcolor="white", plot_bgcolor="white", xaxis=_AXIS, yaxis=_AXIS,
                             colorway=[OKABE_ITO[c] for c in ("blue", "orange", "green", "purple", "sky", "grey")],
-                            hoverlabel=dict(align="left"), title=dict(x=0.02, xanchor="left")))
+                            hoverlabel=dict(align="left"),
+                            # below the band plotly's toolbar floats in
+                            title=dict(x=0.02, xanchor="left", yref="container", y=1.0, yanchor="top",
+                                       pad=dict(t=38))))
+
+
+def method_id(name: str) -> str:
+    """A method id from an id or a display label, also a variant's label: 'Fast-dLLM (0.95)' -> 'fast',
+    'DiCo N=4' -> 'dico'. Unknown names come back unchanged."""
+    if name in METHOD_LABELS:
+        return name
+    for method, label in sorted(METHOD_LABELS.items(), key=lambda kv: -len(kv[1])):   # longest label first
+        if name == label or name.startswith(label + " "):
+            return method
+    return name
 
 
 def method_name(method: str) -> str:
-    return METHOD_NAMES.get(method, method)
+    return METHOD_LABELS.get(method, method)
 
 
 def method_color(method: str, i: int = 0) -> str:
     spare = ("sky", "green", "purple", "vermillion", "yellow")
-    return METHOD_COLORS.get(method, OKABE_ITO[spare[i % len(spare)]])
+    return METHOD_COLORS.get(method_id(method), OKABE_ITO[spare[i % len(spare)]])
 
 
 def run_name(trace: Trace) -> str:
@@ -48,10 +71,17 @@ def run_name(trace: Trace) -> str:
     return f"{name} (semi-AR, block {trace.block_length})" if trace.mode == "semi-ar" else name
 
 
+def check_confidence(confidence: str) -> str:
+    if confidence not in CONFIDENCES:
+        raise ValueError(f"confidence = {confidence!r}: choose 'raw' or 'guided'")
+    return confidence
+
+
 class Grid:
     """One trace as arrays; row r is ``trace.steps[r]``, column j is response position j.
 
-    The step x position matrices (``conf``, ``pred``) are built on first use: summaries never pay for them.
+    The step x position matrices (``conf``, ``pred``, ``guided``) are built on first use: summaries never pay
+    for them.
     """
 
     def __init__(self, trace: Trace):
@@ -64,11 +94,27 @@ class Grid:
         self.commit_row[positions] = np.repeat(np.arange(len(steps)), self.counts)
         self.token = np.full(n, -1)                                        # (N,) committed token id, -1: never
         self.token[positions] = [t for s in steps for t in s.tokens]
+        self.answer = np.arange(n) < trace.answer_length                   # (N,) inside the answer
+        rows = self.commit_row[self.answer & (self.commit_row >= 0)]
+        self.answer_counts = np.bincount(rows, minlength=len(steps))[:len(steps)]   # (S,) answer commits per step
+        self.answer_complete = bool(len(steps)) and bool((self.commit_row[self.answer] >= 0).all())
 
     @cached_property
     def conf(self) -> np.ndarray:
         """(S, N) confidence of still-masked positions, NaN where decoded before the step."""
         return np.array([s.confidence for s in self.trace.steps], dtype=float).reshape(len(self.steps), -1)
+
+    @cached_property
+    def guided(self) -> np.ndarray:
+        """(S, N) what each step ranked by: guided confidence on Divide steps that recorded it, raw elsewhere."""
+        out = self.conf.copy()
+        for r, s in enumerate(self.trace.steps):
+            if s.guided_confidence is not None:
+                out[r] = np.array(s.guided_confidence, dtype=float)
+        return out
+
+    def scores(self, confidence: str) -> np.ndarray:
+        return self.guided if check_confidence(confidence) == "guided" else self.conf
 
     @cached_property
     def pred(self) -> np.ndarray:
@@ -79,12 +125,74 @@ class Grid:
     @cached_property
     def commit_conf(self) -> np.ndarray:
         """(N,) confidence each position had at the step that committed it, NaN if never committed."""
-        steps = self.trace.steps
-        return np.array([np.nan if r < 0 else steps[r].confidence[j] for j, r in enumerate(self.commit_row.tolist())],
-                        dtype=float)
+        done = self.commit_row >= 0
+        out = np.full(self.trace.gen_length, np.nan)
+        out[done] = self.conf[self.commit_row[done], np.flatnonzero(done)]
+        return out
+
+    @cached_property
+    def block_starts(self) -> np.ndarray:
+        """Rows whose window starts a new block (semi-AR), after the first: where a figure over steps marks one."""
+        if self.trace.mode != "semi-ar" or not len(self.steps):
+            return np.zeros(0, dtype=int)
+        starts = np.array([s.window[0] for s in self.trace.steps])
+        return np.flatnonzero(np.diff(starts) != 0) + 1
 
 
+def block_edges(trace: Trace) -> np.ndarray:
+    """Response positions where a semi-AR block starts, after the first (none in non-AR)."""
+    if trace.mode != "semi-ar" or not trace.block_length:
+        return np.zeros(0, dtype=int)
+    return np.arange(trace.block_length, trace.gen_length, trace.block_length)
 
+
+def block_lines(trace: Trace, axis: str = "x", ref: str = "x", across: str = "y domain",
+                offset: float = 0.0) -> list[dict]:
+    """One dashed line per block boundary, at position b - 0.5 (+ ``offset``) on ``axis`` (of axis ``ref``),
+    spanning the panel along ``across`` (an axis domain)."""
+    other = "y" if axis == "x" else "x"
+    return [dict(type="line", name="block boundary", layer="above",
+                 line=dict(color=BLOCK_COLOR, width=1.2, dash="dash"),
+                 **{f"{axis}0": b - 0.5 + offset, f"{axis}1": b - 0.5 + offset, f"{axis}ref": ref,
+                    f"{other}0": 0, f"{other}1": 1, f"{other}ref": across})
+            for b in block_edges(trace).tolist()]
+
+
+def answer_end_line(trace: Trace, xref: str = "x", yref: str = "y domain") -> list[dict]:
+    """A dotted line where the answer ends and the end-of-text padding begins (none if there is no padding)."""
+    if not 0 < trace.answer_length < trace.gen_length:
+        return []
+    x = trace.answer_length - 0.5
+    return [dict(type="line", name="answer end", layer="above", x0=x, x1=x, y0=0, y1=1, xref=xref, yref=yref,
+                 line=dict(color=ANSWER_COLOR, width=1.5, dash="dot"))]
+
+
+def answer_end_note(trace: Trace, xref: str = "x") -> list[dict]:
+    if not 0 < trace.answer_length < trace.gen_length:
+        return []
+    return [dict(text="answer │ padding", x=trace.answer_length - 0.5, y=1.0, xref=xref, yref="paper", yanchor="bottom",
+                 showarrow=False, font=dict(size=11, color=ANSWER_COLOR))]
+
+
+def commit_markers(trace: Trace, g: Grid, x, y, size: int, legend) -> list[dict]:
+    """Two marker layers: answer commits filled vermillion, padding commits hollow grey. ``x``, ``y`` are (N,)
+    coordinates of every position's commit (used where committed); ``legend(name)`` gives the legend keys."""
+    out = []
+    for name, part, marker in ((ANSWER_COMMIT, g.answer, dict(color=ANSWER_COLOR, size=size, line_width=0)),
+                               (PADDING_COMMIT, ~g.answer, dict(color=PADDING_COLOR, size=size, symbol="circle-open",
+                                                                line=dict(width=1)))):
+        done = np.flatnonzero(part & (g.commit_row >= 0))
+        if not len(done):
+            continue
+        rows = g.commit_row[done]
+        hover = np.stack([g.commit_conf[done].round(3).astype(str), g.phases[rows]], axis=1)  # (confidence, phase)
+        where = "the answer" if name == ANSWER_COMMIT else "end-of-text padding"
+        out.append(dict(type="scatter", x=np.asarray(x)[done], y=np.asarray(y)[done], mode="markers", marker=marker,
+                        text=labels(trace, g.token[done]), customdata=hover,
+                        hovertemplate=f"committed %{{text}} in {where}<br>position %{{x}}, step %{{y}}"
+                                      "<br>confidence %{customdata[0]}<br>phase: %{customdata[1]}<extra></extra>",
+                        **legend(name)))
+    return out
 
 
 def show(text: str, width: int = 12) -> str:
@@ -157,24 +265,25 @@ def notice(message: str, title: str = "") -> go.Figure:
                                                             showarrow=False, font=dict(size=14))]))
 
 
-def panel_row(titles: list[str], gap: float = 0.03) -> dict:
-    """Layout of side-by-side panels on one shared y axis; panel i uses xaxis "x{i+1}".
-
-    What ``make_subplots`` does for this case, at a tenth of its cost (it validates every call).
-    """
+def panel_row(titles: list[str], gap: float = 0.03, shared_y: bool = True) -> dict:
+    """Layout of equal side-by-side panels; panel i uses xaxis "x{i+1}" and, unless ``shared_y``, its own
+    yaxis "y{i+1}". What ``make_subplots`` does for this case, at a tenth of its cost."""
     width = (1 - gap * (len(titles) - 1)) / len(titles)
     layout: dict = {"annotations": []}
     for i, title in enumerate(titles):
-        left = i * (width + gap)
-        layout[f"xaxis{i + 1 if i else ''}"] = dict(domain=[left, left + width], anchor="y")
+        left, suffix = i * (width + gap), i + 1 if i else ""
+        layout[f"xaxis{suffix}"] = dict(domain=[left, left + width], anchor="y" if shared_y else f"y{suffix}")
+        if not shared_y and i:
+            layout[f"yaxis{suffix}"] = dict(anchor=f"x{suffix}")
         layout["annotations"].append(dict(text=title, x=left + width / 2, y=1.0, xref="paper", yref="paper",
-                                          xanchor="center", yanchor="bottom", showarrow=False))
+                                          xanchor="center", yanchor="bottom", yshift=14, showarrow=False))
     return layout
 
 
-def axis_ids(i: int) -> dict:
+def axis_ids(i: int, shared_y: bool = True) -> dict:
     """The axes of panel i (0-based) in a ``panel_row`` layout."""
-    return dict(xaxis=f"x{i + 1 if i else ''}", yaxis="y")
+    suffix = i + 1 if i else ""
+    return dict(xaxis=f"x{suffix}", yaxis="y" if shared_y else f"y{suffix}")
 
 
 def subtitle(title: str, note: str) -> str:

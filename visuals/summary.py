@@ -1,18 +1,28 @@
-"""Figures that summarise runs: phases per step, attention by stage, method comparison, the benchmark."""
+"""Figures that summarise runs over steps: phases and commits per step, and the comparison of methods.
+
+Both separate answer commits from end-of-text padding (issue 14): most of the parallelism on screen is padding,
+and the step at which the answer is complete (``answer_nfe``) is the number that says which method is faster.
+"""
 from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
 
 from dico.trace import Trace
-from visuals._common import (PHASE_COLORS, TEMPLATE, Grid, axis_ids, method_color, method_name, notice, panel_row,
-                             ranges, run_name, subtitle)
+from visuals._common import (BLOCK_COLOR, PHASE_COLORS, TEMPLATE, Grid, method_color, method_name, notice, run_name,
+                             subtitle)
 
 STEP_X = dict(title="step (one forward pass each)", showgrid=False)
+PADDING_PATTERN = dict(shape="/", fgcolor="#555555", size=6, solidity=0.3)
+
+
+def _per_step(numerator: int, steps: int) -> float:
+    return round(numerator / steps, 2) if steps > 0 else 0.0
 
 
 def phase_figure(trace: Trace) -> go.Figure:
-    """Which phase each step was in, and how many tokens it committed: where the parallelism comes from."""
+    """Which phase each step was in, and how many answer and padding tokens it committed: where the parallelism
+    comes from. Padding bars are hatched; in semi-AR a dashed line marks the step each block starts."""
     if not trace.steps:
         return notice("This run has no steps yet.", run_name(trace))
     g = Grid(trace)
@@ -22,86 +32,95 @@ def phase_figure(trace: Trace) -> go.Figure:
         rows = np.flatnonzero(g.phases == phase)
         if not len(rows):
             continue
-        bar = dict(type="bar", x=g.steps[rows], marker=dict(color=color, line_width=0), name=phase, legendgroup=phase)
-        data.append(dict(bar, y=np.ones(len(rows)), width=1, yaxis="y", showlegend=False,
-                         hovertemplate=f"step %{{x}}: {phase}<extra></extra>"))
-        data.append(dict(bar, y=g.counts[rows], yaxis="y2", customdata=decoded[rows],
-                         hovertemplate=f"step %{{x}} ({phase})<br>%{{y}} token(s) committed"
+        bar = dict(type="bar", x=g.steps[rows], legendgroup=phase, customdata=decoded[rows])
+        data.append(dict(bar, y=np.ones(len(rows)), width=1, yaxis="y", showlegend=False, name=phase,
+                         marker=dict(color=color, line_width=0), hovertemplate=f"step %{{x}}: {phase}<extra></extra>"))
+        data.append(dict(bar, y=g.answer_counts[rows], yaxis="y2", name=phase, marker=dict(color=color, line_width=0),
+                         hovertemplate=f"step %{{x}} ({phase})<br>%{{y}} answer token(s) committed"
                                        "<br>%{customdata}% of the response decoded after it<extra></extra>"))
+        data.append(dict(bar, y=g.counts[rows] - g.answer_counts[rows], yaxis="y2", name=f"{phase} padding",
+                         showlegend=False, marker=dict(color=color, line=dict(color=color, width=1),
+                                                       pattern=dict(PADDING_PATTERN, bgcolor="white")),
+                         hovertemplate=f"step %{{x}} ({phase})<br>%{{y}} end-of-text padding token(s) committed"
+                                       "<extra></extra>"))
+    data.append(dict(type="bar", x=[None], y=[None], yaxis="y2", name="padding (hatched)", legendgroup="padding",
+                     marker=dict(color="white", line=dict(color="#555555", width=1), pattern=PADDING_PATTERN)))
+    shapes = [dict(type="line", name="block start", x0=x - 0.5, x1=x - 0.5, y0=0, y1=1, xref="x", yref="paper",
+                   line=dict(color=BLOCK_COLOR, width=1.2, dash="dash")) for x in g.steps[g.block_starts].tolist()]
+    if g.answer_complete and trace.answer_nfe < trace.nfe:
+        x = trace.answer_nfe - 0.5
+        shapes.append(dict(type="line", name="answer complete", x0=x, x1=x, y0=0, y1=0.86, xref="x", yref="paper",
+                           line=dict(color="black", width=1, dash="dot")))
+    done = f"answer complete after {trace.answer_nfe} steps, " if g.answer_complete else ""
     return go.Figure(data, dict(
-        title=subtitle(f"{run_name(trace)}: {trace.nfe} steps, {g.counts.mean():.1f} tokens per step on average",
-                       "Top band: the phase of each step. Bars: tokens committed (unmasked) by that step."),
-        xaxis=dict(STEP_X, anchor="y2"), yaxis=dict(domain=[0.9, 1.0], visible=False, range=[0, 1]),
+        title=subtitle(f"{run_name(trace)}: {trace.nfe} steps; {done}"
+                       f"{_per_step(g.counts.sum(), trace.nfe)} tokens per step, of which "
+                       f"{_per_step(g.answer_counts.sum(), trace.nfe)} answer",
+                       "Top band: the phase of each step. Bars: tokens committed by that step, solid in the answer, "
+                       "hatched in the end-of-text padding." + (" Dashed: a new block starts." if shapes else "")),
+        xaxis=dict(STEP_X, anchor="y2", range=[-0.5, trace.nfe - 0.5]),
+        yaxis=dict(domain=[0.9, 1.0], visible=False, range=[0, 1]),
         yaxis2=dict(domain=[0.0, 0.86], title="tokens committed", rangemode="tozero", anchor="x"),
-        barmode="stack", bargap=0.15, template=TEMPLATE, height=380, legend=dict(title=dict(text="phase"))))
+        barmode="stack", bargap=0.15, template=TEMPLATE, height=400, legend=dict(title=dict(text="phase")),
+        margin=dict(t=120), shapes=shapes))
 
 
-def attention_figure(trace: Trace, percentile: float = 99.0) -> go.Figure:
-    """Where still-masked positions look, early / middle / late in the run (one shared colour scale)."""
-    att = trace.attention
-    if att is None:
-        return notice("Attention was not captured for this run; enable capture (\"capture attention\") and run "
-                      "again.<br>Only models that return attention maps support it.", "Attention of masked positions")
-    n = trace.gen_length
-    mats = []
-    for rows in att.matrix:
-        m = np.full((n, n + 1), np.nan)
-        kept = [q for q, row in enumerate(rows) if row is not None]
-        if kept:
-            m[kept] = np.array([rows[q] for q in kept], dtype=float)
-        mats.append(np.clip(m, 0.0, None))
-    stack = np.stack(mats)
-    values, keys = stack[np.isfinite(stack)], stack[:, :, 1:][np.isfinite(stack[:, :, 1:])]
-    # The prompt column sums many keys and would wash out the rest: cap the colour at a high percentile.
-    top = float(np.percentile(keys, percentile)) if keys.size else 0.0
-    top = top if top > 0 else float(values.max()) if values.size and values.max() > 0 else 1.0
-    layout = panel_row([f"{stage}: steps {ranges(steps)}" for stage, steps in zip(att.stages, att.steps)])
-    data = [dict(type="heatmap", z=np.round(m, 4).astype(np.float32), coloraxis="coloraxis", hoverongaps=False,
-                 name=stage, hovertemplate="masked query position %{y}<br>key %{x} (0 = prompt, k = response position "
-                 "k−1)<br>mean attention %{z:.4f}<extra></extra>", **axis_ids(i))
-            for i, (stage, m) in enumerate(zip(att.stages, mats))]
-    for i in range(len(mats)):
-        layout[f"xaxis{i + 1 if i else ''}"].update(title="key position (0 = prompt)", showgrid=False, zeroline=False)
-    split = ("Stages split the run by the unmasked fraction when the step ran: early < 1/3 ≤ middle < 2/3 ≤ late ("
-             + "; ".join(f"{s}: {len(st)} steps" for s, st in zip(att.stages, att.steps))
-             + f").<br>Colour capped at {top:.3g} ({percentile:g}th percentile of response keys); hover for exact "
-               "values. Rows blank where the position was not masked in that stage.")
-    return go.Figure(data, dict(
-        layout, title=subtitle(f"{run_name(trace)}: attention of still-masked positions, by stage", split),
-        yaxis=dict(title="masked query position", autorange="reversed", showgrid=False, zeroline=False),
-        coloraxis=dict(colorscale="Viridis", cmin=0.0, cmax=top, colorbar=dict(title=dict(text="mean attention"))),
-        template=TEMPLATE, height=500, margin=dict(t=150)))
-
-
-def _masked_fraction(trace: Trace) -> np.ndarray:
+def _masked_fraction(counts: np.ndarray, total: int) -> np.ndarray:
     """Masked fraction before any step, then after each step."""
-    counts = Grid(trace).counts
-    return 1.0 - np.concatenate([[0], np.cumsum(counts)]) / trace.gen_length
+    return 1.0 - np.concatenate([[0], np.cumsum(counts)]) / max(total, 1)
 
 
 def comparison_figure(traces: list[Trace]) -> go.Figure:
-    """How fast each method empties the masks: fewer steps to reach 0 means fewer forward passes."""
+    """How fast each method empties the masks, of the whole response (solid) and of the answer alone (dashed),
+    with a star where the answer is complete: fewer steps to the star means the answer is there sooner."""
+    traces = [t for t in traces if t.steps]
     if not traces:
         return notice("No runs to compare yet.")
     data = []
     for i, trace in enumerate(traces):
-        masked = _masked_fraction(trace)
-        data.append(dict(
-            type="scatter", x=np.arange(len(masked)), y=np.round(masked, 4), mode="lines",
-            name=f"{run_name(trace)}: {trace.nfe} steps",
-            line=dict(color=method_color(trace.method, i), width=2.5, shape="hv",
-                      dash="dash" if trace.mode == "semi-ar" else "solid"),
-            hovertemplate=f"{run_name(trace)}<br>after %{{x}} steps: %{{y:.0%}} still masked<extra></extra>"))
-    return go.Figure(data, dict(title=subtitle("Masked fraction of the response after each step",
-                                     "Every method starts fully masked (100%) and stops at 0%; lines that drop faster "
-                                     "need fewer forward passes."),
-                      xaxis=dict(title="steps taken (forward passes)", rangemode="tozero"),
-                      yaxis=dict(title="still masked", tickformat=".0%", range=[0, 1.02]),
-                      template=TEMPLATE, height=420, hovermode="closest"))
+        g, name, color = Grid(trace), run_name(trace), method_color(trace.method, i)
+        x = np.arange(len(trace.steps) + 1)
+        dash = "dot" if trace.mode == "semi-ar" else "solid"
+        data.append(dict(type="scatter", x=x, y=_masked_fraction(g.counts, trace.gen_length), mode="lines",
+                         name=name, legendgroup=name, line=dict(color=color, width=2.5, dash=dash),
+                         hovertemplate=f"{name}<br>after %{{x}} steps: %{{y:.0%}} of the response still masked"
+                                       "<extra></extra>"))
+        if trace.answer_length:
+            data.append(dict(type="scatter", x=x, y=_masked_fraction(g.answer_counts, trace.answer_length),
+                             mode="lines", name=f"{name}: answer", legendgroup=name, showlegend=False,
+                             line=dict(color=color, width=1.5, dash="dash"), opacity=0.8,
+                             hovertemplate=f"{name}<br>after %{{x}} steps: %{{y:.0%}} of the answer still masked"
+                                           "<extra></extra>"))
+        if g.answer_complete:
+            data.append(dict(type="scatter", x=[trace.answer_nfe], y=[0], mode="markers+text", legendgroup=name,
+                             name=f"{name}: answer complete", showlegend=False, text=[str(trace.answer_nfe)],
+                             textposition="top center", textfont=dict(color=color),
+                             marker=dict(symbol="star", size=14, color=color, line=dict(color="white", width=1)),
+                             hovertemplate=f"{name}<br>answer complete after %{{x}} steps<extra></extra>"))
+        starts = g.block_starts
+        if len(starts):
+            y = _masked_fraction(g.counts, trace.gen_length)[starts]
+            data.append(dict(type="scatter", x=starts, y=y, mode="markers", legendgroup=name, showlegend=False,
+                             name=f"{name}: block start", marker=dict(symbol="line-ns-open", size=16, color=BLOCK_COLOR,
+                                                                     line=dict(width=2)),
+                             hovertemplate=f"{name}<br>a new block starts at step %{{x}}<extra></extra>"))
+    steps = max(len(t.steps) for t in traces)
+    return go.Figure(data, dict(
+        title=subtitle("Still masked after each step: the whole response (solid) and the answer (dashed)",
+                       "★ marks the step the answer is complete (answer NFE); after it a method only fills end-of-text "
+                       "padding.<br>Every method starts fully masked (100%); lines that drop faster need fewer forward "
+                       "passes. Semi-AR: dotted, with a tick where each block starts."),
+        xaxis=dict(title="steps taken (forward passes)", range=[0, steps + 1]),
+        yaxis=dict(title="still masked", tickformat=".0%", range=[-0.03, 1.05]),
+        template=TEMPLATE, height=460, hovermode="closest", margin=dict(t=130)))
 
 
 def comparison_table(traces: list[Trace]) -> list[dict]:
-    """One row per run; speed-ups are relative to the Vanilla run if there is one, else to the first run."""
+    """One row per run; speed-ups are relative to the Vanilla run if there is one, else to the first run.
+
+    ``method`` is the display label (``method_id`` the id); ``answer_nfe`` is the step the answer was complete,
+    ``answer_tokens_per_step`` the answer's tokens over it, beside ``tokens_per_step`` of the whole response.
+    """
     if not traces:
         return []
     base = next((t for t in traces if t.method == "vanilla"), traces[0])
@@ -109,43 +128,15 @@ def comparison_table(traces: list[Trace]) -> list[dict]:
     def ratio(a: float, b: float) -> float | None:
         return round(a / b, 2) if a > 0 and b > 0 else None
 
-    return [dict(method=method_name(t.method), mode=t.mode, nfe=t.nfe, tokens_per_s=round(t.tokens_per_s, 2),
-                 wall_s=round(t.wall_s, 3), speedup_nfe=ratio(base.nfe, t.nfe),
-                 speedup_wall=ratio(base.wall_s, t.wall_s))
-            for t in traces]
-
-
-MODE_SYMBOLS = {"non-ar": "circle", "semi-ar": "square"}
-
-
-def accuracy_nfe_figure(rows: list[dict]) -> go.Figure:
-    """The benchmark's trade-off: accuracy against forward passes; up and to the left is better."""
-    if not rows:
-        return notice("No benchmark results yet.", "Accuracy against forward passes")
-    for i, row in enumerate(rows):
-        missing = [k for k in ("method", "mode", "task", "accuracy", "nfe_mean") if k not in row]
-        if missing:
-            raise ValueError(f"rows[{i}]: missing {', '.join(missing)}")
-    tasks = list(dict.fromkeys(r["task"] for r in rows))
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    layout, data, shown = panel_row(tasks, gap=0.04), [], set()
-    for method, mode in dict.fromkeys((r["method"], r["mode"]) for r in rows):
-        name = f"{method_name(method)} ({mode})"
-        for i, task in enumerate(tasks):
-            sel = [r for r in rows if (r["method"], r["mode"], r["task"]) == (method, mode, task)]
-            if sel:
-                data.append(dict(
-                    type="scatter", x=[r["nfe_mean"] for r in sel], y=[r["accuracy"] for r in sel], mode="markers",
-                    name=name, legendgroup=name, showlegend=name not in shown, **axis_ids(i),
-                    marker=dict(size=13, color=method_color(method, methods.index(method)),
-                                symbol=MODE_SYMBOLS.get(mode, "diamond"), line=dict(color="white", width=1)),
-                    hovertemplate=f"{name}<br>{task}<br>accuracy %{{y:.1%}}<br>mean NFE %{{x:.1f}}<extra></extra>"))
-                shown.add(name)
-    for i in range(len(tasks)):
-        layout[f"xaxis{i + 1 if i else ''}"].update(title="mean NFE (forward passes; fewer is faster)",
-                                                    rangemode="tozero")
-    return go.Figure(data, dict(
-        layout, title=subtitle("Accuracy against forward passes", "Colour: method; shape: mode (circle = non-AR, "
-                               "square = semi-AR). Up and to the left is better."),
-        yaxis=dict(title="accuracy", tickformat=".0%", range=[0, 1.02]), template=TEMPLATE, height=420,
-        margin=dict(t=110)))
+    rows = []
+    for t in traces:
+        committed = sum(len(s.committed) for s in t.steps)
+        answer = sum(len(t.answer_commits(s)) for s in t.steps)
+        rows.append(dict(method=method_name(t.method), method_id=t.method, mode=t.mode, nfe=t.nfe,
+                         answer_nfe=t.answer_nfe, answer_tokens=t.answer_tokens, padding_tokens=t.padding_tokens,
+                         tokens_per_step=_per_step(committed, t.nfe),
+                         answer_tokens_per_step=_per_step(answer, t.answer_nfe),
+                         tokens_per_s=round(t.tokens_per_s, 2), wall_s=round(t.wall_s, 3),
+                         speedup_nfe=ratio(base.nfe, t.nfe), speedup_answer_nfe=ratio(base.answer_nfe, t.answer_nfe),
+                         speedup_wall=ratio(base.wall_s, t.wall_s)))
+    return rows

@@ -1,23 +1,55 @@
-"""Figures of one run over steps: the decoding trajectory, its clusters, and the response after step k."""
+"""Figures of one run over steps and positions: the decoding trajectory and its clusters.
+
+Both share one frame (x range, margins, height), so stacked on a page their position axes line up.
+"""
 from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
 
 from dico.trace import Trace
-from visuals._common import (CLUSTER_COLOR, COMMIT_COLOR, CONFIDENCE_AXIS, MASK, PHASE_COLORS, SEED_COLOR, TEMPLATE,
-                             UNDER_COLORBAR, Grid, axis_ids, boxes, cluster_spans, figure, labels, method_name, notice,
+from visuals._common import (CLUSTER_COLOR, CONFIDENCE_AXIS, FRAME, PADDING_COLOR, PHASE_COLORS, SEED_COLOR, TEMPLATE,
+                             UNDER_COLORBAR, Grid, answer_end_line, answer_end_note, axis_ids, block_lines, boxes,
+                             check_confidence, cluster_spans, commit_markers, figure, labels, method_name, notice,
                              panel_row, run_name, seed_points, subtitle)
 
 STEP_AXIS = dict(title="step (one forward pass each)", autorange="reversed", showgrid=False, zeroline=False)
 POSITION_AXIS = dict(title="response position", showgrid=False, zeroline=False)
 SEED_MARKER = dict(symbol="star", size=11, color=SEED_COLOR, line=dict(color="black", width=1))
-HOW_TO_READ = ("Each row is one step, read top to bottom. Colour: the model's confidence at positions still masked; "
-               "blank: already decoded.")
+HEIGHT = 560
+COLOUR_NOTE = {"raw": "Colour: the model's confidence at positions still masked; blank: already decoded.",
+               "guided": "Colour: what each step ranked by: guided confidence (confidence × trajectory guidance) on "
+                         "Divide steps,<br>raw confidence on the others; blank: already decoded."}
+MARKS = "Filled vermillion: answer commits; hollow grey: end-of-text padding commits."
 
 
-def _trajectory_traces(trace: Trace, show_clusters: bool, shown: set, axes: dict | None = None) -> list:
-    """Heatmap of confidence plus the committed, seed and cluster layers; ``shown`` dedupes legend entries."""
+def how_to_read(confidence: str) -> str:
+    return f"Each row is one step, read top to bottom. {COLOUR_NOTE[confidence]}<br>{MARKS}"
+
+
+def position_axis(trace: Trace) -> dict:
+    """The response-position axis every position figure uses: one cell per position, no padding."""
+    return {**POSITION_AXIS, "range": [-0.5, trace.gen_length - 0.5], "autorange": False}
+
+
+def step_axis(trace: Trace, steps: int | None = None) -> dict:
+    """Step 0 at the top, as in the paper; ``steps`` rows tall (default: this run's)."""
+    rows = steps if steps is not None else len(trace.steps)
+    return {**STEP_AXIS, "autorange": False, "range": [rows - 0.5, -0.5]}
+
+
+def answer_complete_line(trace: Trace, g: Grid, xref: str = "x domain", yref: str = "y") -> list[dict]:
+    """A horizontal line under the step that committed the last answer position (answer NFE)."""
+    if not g.answer_complete or trace.answer_nfe <= 0:
+        return []
+    y = trace.answer_nfe - 1 + 0.5
+    return [dict(type="line", name="answer complete", layer="above", x0=0, x1=1, y0=y, y1=y, xref=xref, yref=yref,
+                 line=dict(color="black", width=1, dash="dot"))]
+
+
+def _trajectory_traces(trace: Trace, show_clusters: bool, shown: set, axes: dict | None = None,
+                       confidence: str = "raw") -> list:
+    """Heatmap of confidence plus the commit, seed and cluster layers; ``shown`` dedupes legend entries."""
     g, axes = Grid(trace), axes or {}
     text = labels(trace, g.pred)
     phases = sorted(set(g.phases), key=list(PHASE_COLORS).index)
@@ -26,26 +58,22 @@ def _trajectory_traces(trace: Trace, show_clusters: bool, shown: set, axes: dict
         phase_note = ""
     else:
         phase_note = f"<br>phase: {phases[0]}"
-    layers = [dict(type="heatmap", z=np.round(g.conf, 3).astype(np.float32), x=np.arange(trace.gen_length), y=g.steps,
-                   text=text, coloraxis="coloraxis", hoverongaps=False, name=run_name(trace),
-                   hovertemplate="position %{x}, step %{y}<br>prediction: %{text}<br>confidence %{z:.3f}"
-                                 + phase_note + "<extra></extra>", **axes)]
+    what = "confidence" if confidence == "raw" else "score ranked by"
+    z = np.round(g.scores(confidence), 3).astype(np.float32)
+    layers = [dict(type="heatmap", z=z, x=np.arange(trace.gen_length), y=g.steps, text=text, coloraxis="coloraxis",
+                   hoverongaps=False, name=run_name(trace), **axes,
+                   hovertemplate=f"position %{{x}}, step %{{y}}<br>prediction: %{{text}}<br>{what} %{{z:.3f}}"
+                                 + phase_note + "<extra></extra>")]
 
     def legend(name: str) -> dict:
         first = name not in shown
         shown.add(name)
         return dict(name=name, legendgroup=name, showlegend=first, **axes)
 
-    done = np.flatnonzero(g.commit_row >= 0)
-    rows = g.commit_row[done]
-    hover = np.stack([g.commit_conf[done].round(3).astype(str), g.phases[rows]], axis=1)     # (confidence, phase)
     size = int(np.clip(500 // max(len(g.steps), 1), 3, 6))       # markers shrink with the rows, never vanish
-    layers.append(dict(
-        type="scatter", x=done, y=g.steps[rows], mode="markers",
-        marker=dict(color=COMMIT_COLOR, size=size, line_width=0),
-        text=labels(trace, g.token[done]), customdata=hover,
-        hovertemplate="committed %{text} at position %{x}, step %{y}<br>confidence %{customdata[0]}"
-                      "<br>phase: %{customdata[1]}<extra></extra>", **legend("committed")))
+    rows = np.where(g.commit_row >= 0, g.commit_row, 0)
+    layers += commit_markers(trace, g, np.arange(trace.gen_length), g.steps[rows] if len(g.steps) else rows, size,
+                             legend)
     seed_x, seed_y = seed_points(trace)
     if show_clusters and len(seed_x):
         layers.append(dict(type="scatter", x=seed_x, y=seed_y, mode="markers", marker=SEED_MARKER,
@@ -58,35 +86,72 @@ def _trajectory_traces(trace: Trace, show_clusters: bool, shown: set, axes: dict
     return layers
 
 
-def trajectory_figure(trace: Trace, show_clusters: bool = True) -> go.Figure:
-    """Which positions are decoded when, and how sure the model was: the paper's trajectory figure."""
+def _marks(trace: Trace, i: int = 0, shared_y: bool = True) -> list[dict]:
+    """Block boundaries, the answer's end and the step that completed it, on panel i."""
+    g, axes = Grid(trace), axis_ids(i, shared_y)
+    x, y = axes["xaxis"], axes["yaxis"]
+    return (block_lines(trace, "x", x, f"{y} domain") + answer_end_line(trace, x, f"{y} domain")
+            + answer_complete_line(trace, g, f"{x} domain", y))
+
+
+def _status(trace: Trace) -> str:
+    g = Grid(trace)
+    if trace.stopped:
+        return " (stopped early)"
+    return f", answer complete after {trace.answer_nfe}" if g.answer_complete else ""
+
+
+def trajectory_figure(trace: Trace, show_clusters: bool = True, confidence: str = "raw") -> go.Figure:
+    """Which positions are decoded when, and how sure the model was: the paper's trajectory figure.
+
+    ``confidence="guided"`` colours Divide steps by the guided confidence their seeds were ranked by.
+    """
+    check_confidence(confidence)
     if not trace.steps:
         return notice("This run has no steps yet.", run_name(trace))
-    stopped = " (stopped early)" if trace.stopped else ""
-    return figure(_trajectory_traces(trace, show_clusters, set()), dict(
-        title=subtitle(f"{run_name(trace)}: {trace.nfe} steps (NFE) for {trace.gen_length} positions{stopped}",
-                       HOW_TO_READ),
-        coloraxis=CONFIDENCE_AXIS, xaxis=POSITION_AXIS, yaxis=STEP_AXIS, template=TEMPLATE, height=560,
-        legend=UNDER_COLORBAR))
+    return figure(_trajectory_traces(trace, show_clusters, set(), confidence=confidence), dict(
+        title=subtitle(f"{run_name(trace)}: {trace.nfe} steps (NFE) for {trace.gen_length} positions{_status(trace)}",
+                       how_to_read(confidence)),
+        coloraxis=CONFIDENCE_AXIS, xaxis=position_axis(trace), yaxis=step_axis(trace), template=TEMPLATE,
+        height=HEIGHT, legend=UNDER_COLORBAR, margin=FRAME, shapes=_marks(trace), annotations=answer_end_note(trace)))
 
 
-def trajectories_side_by_side(traces: list[Trace], show_clusters: bool = True) -> go.Figure:
-    """Several runs of one prompt on one step axis and one colour scale, so step counts compare at a glance."""
+def trajectories_side_by_side(traces: list[Trace], show_clusters: bool = True, shared_steps: bool = False,
+                              confidence: str = "raw") -> go.Figure:
+    """Several runs of one prompt on one colour scale and one position range, in equal-width panels.
+
+    Each panel's step axis fills the height (a 17-step DiCo run beside a 96-step Vanilla one would be a thin
+    strip on a shared axis); ``shared_steps=True`` puts every run on the longest run's step axis instead.
+    """
+    check_confidence(confidence)
     traces = [t for t in traces if t.steps]
     if not traces:
         return notice("No runs with steps to compare.")
-    shown: set = set()
-    data = [layer for i, t in enumerate(traces) for layer in _trajectory_traces(t, show_clusters, shown, axis_ids(i))]
-    layout = panel_row([f"{run_name(t)}: {t.nfe} steps" for t in traces])
-    for i in range(len(traces)):
-        layout[f"xaxis{i + 1 if i else ''}"].update(POSITION_AXIS)
-    return figure(data, dict(layout, title=subtitle("Decoding trajectories side by side", HOW_TO_READ),
-                             yaxis=STEP_AXIS, coloraxis=CONFIDENCE_AXIS, template=TEMPLATE, height=560,
-                             legend=UNDER_COLORBAR, margin=dict(t=110)))
+    shared: set = set()
+    data = [layer for i, t in enumerate(traces)
+            for layer in _trajectory_traces(t, show_clusters, shared, axis_ids(i, shared_steps), confidence)]
+    layout = panel_row([f"{run_name(t)}: {t.nfe} steps" + (f"<br>answer complete after {t.answer_nfe}"
+                                                            if Grid(t).answer_complete else "") for t in traces],
+                       gap=0.06, shared_y=shared_steps)
+    longest = max(len(t.steps) for t in traces)
+    for i, t in enumerate(traces):
+        suffix = i + 1 if i else ""
+        layout[f"xaxis{suffix}"].update(position_axis(t))
+        if not shared_steps or not i:
+            layout[f"yaxis{suffix}"] = {**layout.get(f"yaxis{suffix}", {}),
+                                        **step_axis(t, longest if shared_steps else None),
+                                        "title": STEP_AXIS["title"] if not i else ""}
+    shapes = [s for i, t in enumerate(traces) for s in _marks(t, i, shared_steps)]
+    return figure(data, dict(layout, title=subtitle("Decoding trajectories side by side", how_to_read(confidence)),
+                             coloraxis=CONFIDENCE_AXIS, template=TEMPLATE, height=HEIGHT, legend=UNDER_COLORBAR,
+                             margin={**FRAME, "t": 150}, shapes=shapes))
 
 
 def cluster_figure(trace: Trace) -> go.Figure:
-    """Only DiCo's seeds and cluster spans over steps, coloured by phase: the Divide/Conquer idea without noise."""
+    """Only DiCo's seeds and cluster spans over steps, coloured by phase: the Divide/Conquer idea without noise.
+
+    Same frame as ``trajectory_figure`` of the trace, so the two line up position for position and step for step.
+    """
     spans, (seed_x, seed_y) = cluster_spans(trace), seed_points(trace)
     if not len(spans) and not len(seed_x):
         if trace.method == "dico":
@@ -105,81 +170,14 @@ def cluster_figure(trace: Trace) -> go.Figure:
                              hoverinfo="text"))
     data.append(dict(type="scatter", x=seed_x, y=seed_y, mode="markers", name="seed", marker=SEED_MARKER,
                      hovertemplate="seed at position %{x}, step %{y}<extra></extra>"))
+    shapes = _marks(trace)
+    if trace.answer_length < trace.gen_length:       # the padding region, greyed as its commits are elsewhere
+        shapes.insert(0, dict(type="rect", name="padding", layer="below", x0=trace.answer_length - 0.5,
+                              x1=trace.gen_length - 0.5, y0=0, y1=1, xref="x", yref="y domain", line_width=0,
+                              fillcolor=PADDING_COLOR, opacity=0.12))
     return go.Figure(data, dict(
         title=subtitle(f"{run_name(trace)}: seeds and clusters", "Divide picks seed tokens and grows clusters of "
-                       "likely-easy positions around them; Conquer decodes clusters in parallel. "
-                       "One box per cluster per step (its span after the step)."),
-        xaxis={**POSITION_AXIS, "range": [-0.5, trace.gen_length - 0.5]},
-        yaxis={**STEP_AXIS, "autorange": False, "range": [trace.steps[-1].index + 0.5, -0.5]}, template=TEMPLATE,
-        height=500))
-
-
-def _check_step(trace: Trace, k) -> int:
-    n = len(trace.steps)
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < n:
-        raise ValueError(f"k = {k!r} is not a step of this run: choose 0..{n - 1}" if n else
-                         f"k = {k!r}: this run has no steps")
-    return int(k)
-
-
-def step_text(trace: Trace, k: int) -> str:
-    """The response as it stood after step k, masked positions written as '_'."""
-    k = _check_step(trace, k)
-    g = Grid(trace)
-    done = (g.commit_row >= 0) & (g.commit_row <= k)
-    return "".join(trace.token_text(int(t)) if d else "_" for t, d in zip(g.token, done))
-
-
-def _wrapped(spans: list[list[int]], cols: int) -> np.ndarray:
-    """Inclusive spans cut at row ends, as (row, first column, last column) rows for ``boxes``."""
-    pieces = [(r, max(a, r * cols) - r * cols, min(b, r * cols + cols - 1) - r * cols)
-              for a, b in spans for r in range(a // cols, b // cols + 1)]
-    return np.array(pieces, dtype=int).reshape(-1, 3)
-
-
-def step_view_figure(trace: Trace, k: int, cols: int | None = None) -> go.Figure:
-    """The response after step k laid out like text: what is decoded, how sure it was, what step k added."""
-    k = _check_step(trace, k)
-    g, step, n = Grid(trace), trace.steps[k], trace.gen_length
-    cols = cols or (16 if n <= 256 else 24)
-    nrows = -(-n // cols)
-    done = (g.commit_row >= 0) & (g.commit_row <= k)
-    conf = np.where(done, g.commit_conf, np.nan)
-    cells = np.full(nrows * cols, np.nan)
-    cells[:n] = conf
-    pos = np.arange(n)
-    x, y = pos % cols, pos // cols
-    text = np.where(done, labels(trace, g.token, width=8 if cols <= 16 else 6), MASK)
-    status = np.where(done, "committed at step " + g.commit_row.astype(str) + ", confidence "
-                      + np.char.mod("%.3f", np.nan_to_num(conf)), "still masked")
-    ink = np.where(~done, "#999999", np.where(conf < 0.6, "white", "black"))   # readable on Viridis
-    data = [dict(type="heatmap", z=cells.reshape(nrows, cols), coloraxis="coloraxis", hoverinfo="skip", xgap=1, ygap=1),
-            dict(type="scatter", x=x, y=y, mode="text", text=text, textfont=dict(color=ink, size=11), showlegend=False,
-                 customdata=status, hovertemplate="position %{pointNumber}: %{customdata}<extra></extra>")]
-    now = np.flatnonzero(g.commit_row == k)
-    if len(now):
-        bx, by = boxes(np.stack([now // cols, now % cols, now % cols], 1), half=0.42)
-        data.append(dict(type="scatter", x=bx, y=by, mode="lines", line=dict(color=COMMIT_COLOR, width=3),
-                         hoverinfo="skip", name=f"committed at step {k}"))
-    if step.clusters:
-        bx, by = boxes(_wrapped(step.clusters, cols), half=0.5)
-        data.append(dict(type="scatter", x=bx, y=by, mode="lines", hoverinfo="skip", name="cluster",
-                         line=dict(color=CLUSTER_COLOR, width=1.5, dash="dot")))
-    if step.seeds:
-        seeds = np.array(step.seeds)
-        data.append(dict(type="scatter", x=seeds % cols + 0.36, y=seeds // cols - 0.3, mode="markers", name="seed",
-                         marker={**SEED_MARKER, "size": 10}, hoverinfo="skip"))
-    clusters = ", ".join(f"[{a}, {b}]" for a, b in step.clusters[:8]) + (" …" if len(step.clusters) > 8 else "")
-    seeds = ", ".join(map(str, step.seeds[:12])) + (" …" if len(step.seeds) > 12 else "")
-    note = (f"seeds: {seeds or 'none'} · clusters: {clusters or 'none'}. "
-            f"Colour: confidence when committed; {MASK}: still masked.")
-    return go.Figure(data, dict(
-        title=subtitle(f"After step {k} ({step.phase}): {len(now)} committed, {int((~done).sum())} of {n} still masked",
-                       note),
-        coloraxis={**CONFIDENCE_AXIS, "colorbar": {**CONFIDENCE_AXIS["colorbar"],
-                                                    "title": "confidence<br>when committed"}},
-        xaxis=dict(title="offset in row", range=[-0.5, cols - 0.5], showgrid=False, zeroline=False, dtick=1),
-        yaxis=dict(title="row start (response position)", range=[nrows - 0.5, -0.5], showgrid=False, zeroline=False,
-                   tickvals=list(range(nrows)), ticktext=[str(r * cols) for r in range(nrows)]),
-        # at least 320 px: plotly.js 3.8 leaves the plot blank when the colour bar does not fit its height
-        template=TEMPLATE, height=max(320, 140 + 30 * nrows), legend=UNDER_COLORBAR))
+                       "likely-easy positions around them; Conquer decodes clusters in parallel.<br>One box per "
+                       "cluster per step (its span after the step); grey background: end-of-text padding."),
+        xaxis=position_axis(trace), yaxis=step_axis(trace), template=TEMPLATE, height=HEIGHT, legend=UNDER_COLORBAR,
+        margin=FRAME, shapes=shapes, annotations=answer_end_note(trace)))
