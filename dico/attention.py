@@ -42,8 +42,12 @@ class AttentionHooks:
     @classmethod
     def find(cls, model: nn.Module, layers=None) -> "AttentionHooks | None":
         """Hooks for ``model``, or None when it has no query/key projections or its config lacks the head count."""
-        sites = [m for _, m in model.named_modules()
-                 if isinstance(getattr(m, "q_proj", None), nn.Module) and isinstance(getattr(m, "k_proj", None), nn.Module)]
+        sites, seen = [], set()
+        for _, module in model.named_modules():
+            q, k = getattr(module, "q_proj", None), getattr(module, "k_proj", None)
+            if isinstance(q, nn.Module) and isinstance(k, nn.Module) and id(q) not in seen:
+                seen.add(id(q))         # a module that only refers to another's projections is the same site
+                sites.append(module)
         config = getattr(model, "config", None)
         heads = _config_value(config, "n_heads", "num_attention_heads")
         hidden = _config_value(config, "d_model", "hidden_size")

@@ -7,6 +7,8 @@
   ``marker + i``, to check how ``MaskPredictor`` aligns them (Dream's shift by one, LLaDA in place).
 - ``tiny_model_folder(path)``: a real, tiny ``BertForMaskedLM`` + ``dico.train.build_tokenizer`` saved like a
   hub model, for ``load_model`` and the command line.
+- ``remote_model_folder(path, kind)``: a LLaDA- or Dream-shaped model folder with its own code
+  (``tests/remote_standin.py``), its mask id in the config and a chat template, for ``trust_remote_code``.
 """
 from __future__ import annotations
 
@@ -22,12 +24,12 @@ import torch
 from torch import nn
 
 import dico
-from dico.models import DREAM_MASK_ID, LLADA_MASK_ID
 
 VOCAB = 64
 PAD_ID, UNK_ID, MASK_ID, EOS_ID = 0, 1, 4, 5
 FIRST_WORD = 10                      # ids below are special tokens
 LLADA_VOCAB, DREAM_VOCAB = 126400, 151700
+LLADA_MASK_ID, DREAM_MASK_ID = 126336, 151666        # the released models' mask ids (their configs say so)
 
 
 def token_at(position: int) -> int:
@@ -278,4 +280,57 @@ def tiny_model_folder(path: Path, max_positions: int = 64, seed: int = 0) -> Pat
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
+    return path
+
+
+# ---------------------------------------------------------------------------- LLaDA / Dream with their own code
+
+REMOTE_VOCAB = 64
+REMOTE_WORDS = ["user", "assistant"] + [f"w{i}" for i in range(REMOTE_VOCAB - 9)]
+END_TOKEN = {"llada": "<|eot_id|>", "dream": "<|im_end|>"}
+CHAT_TEMPLATE = ("{% for m in messages %}<|start|> {{ m['role'] }} {{ m['content'] }} END {% endfor %}"
+                 "{% if add_generation_prompt %}<|start|> assistant {% endif %}")
+
+
+def remote_model_folder(path: Path, kind: str, seed: int = 0, **config) -> Path:
+    """A model folder loaded through ``trust_remote_code``, shaped like LLaDA's (``kind="llada"``: a fast tokenizer
+    whose own mask token is not the model's) or Dream's (``"dream"``: a slow tokenizer with ``get_vocab()`` only,
+    no mask token, logits shifted by one, ``<|im_end|>`` ending the chat turn). The config's ``mask_token_id`` is
+    the last id of the vocabulary, a token the tokenizer does not call a mask."""
+    import importlib.util
+    import json
+    import shutil
+
+    source = Path(__file__).with_name("remote_standin.py")
+    spec = importlib.util.spec_from_file_location(f"remote_standin_{kind}", source)
+    code = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(code)
+    end = END_TOKEN[kind]
+    words = ["<unk>", "<pad>", "<|start|>", "<|endoftext|>", end, "[MASK]"] + REMOTE_WORDS + ["<|mask_of_config|>"]
+    vocab = {w: i for i, w in enumerate(words)}
+    path.mkdir(parents=True, exist_ok=True)
+    template = CHAT_TEMPLATE.replace("END", end)
+    if kind == "llada":
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import PreTrainedTokenizerFast
+
+        core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+        core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>",
+                                            eos_token="<|endoftext|>", mask_token="[MASK]", chat_template=template)
+        tokenizer.save_pretrained(path)
+    else:
+        (path / "vocab.json").write_text(json.dumps(vocab))
+        (path / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "StandinTokenizer", "auto_map": {"AutoTokenizer": ["modeling_standin.StandinTokenizer", None]},
+            "chat_template": template, "eos_token": "<|endoftext|>", "unk_token": "<unk>", "pad_token": "<pad>"}))
+    names = {"llada": ("LladaStandinConfig", "LladaStandin"), "dream": ("DreamStandinConfig", "DreamStandin")}[kind]
+    torch.manual_seed(seed)
+    settings = dict(vocab_size=len(words), mask_token_id=len(words) - 1, end_token_id=vocab[end]) | config
+    model = getattr(code, names[1])(getattr(code, names[0])(**settings))
+    model.save_pretrained(path, safe_serialization=True)
+    shutil.copy(source, path / "modeling_standin.py")
+    saved = json.loads((path / "config.json").read_text())
+    saved["auto_map"] = {"AutoConfig": f"modeling_standin.{names[0]}", "AutoModel": f"modeling_standin.{names[1]}"}
+    (path / "config.json").write_text(json.dumps(saved))
     return path

@@ -3,28 +3,23 @@
 Spec, "Common ground" and "What every step must record": one step = one forward pass; every step commits
 at least one still-masked token of its window; a committed token never changes; the run ends with no mask;
 Vanilla takes exactly gen_length steps; a step's confidence is null exactly where the position was decoded
-before it; the trace round-trips through JSON. Plus the loop's own contract: cancellation, streaming,
-request validation.
+before it; the trace round-trips through JSON. Plus the loop's own contract: the step generator (streaming,
+stopping by closing it), request validation.
 """
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from hypothesis import given, settings, strategies as st  # noqa: E402
+import dico
+from dico import Trace, decode, generate
+from dico.loop import check_request
+from standins import MASK_ID, random_predictor, scripted
 
 torch.set_num_threads(1)
-
-import dico  # noqa: E402
-from dico import Cancelled, Trace, generate  # noqa: E402
-from dico.loop import check_request  # noqa: E402
-from standins import MASK_ID, random_predictor, scripted  # noqa: E402
 
 PROMPT = "Tom has 5 apples"
 PHASES = {"vanilla": {"vanilla"}, "fast": {"fast"}, "fast-factor": {"fast"}, "dico": {"divide", "conquer", "finalize"}}
@@ -58,7 +53,7 @@ def requests(draw, method: str, rule_settings: dict | None = None, mode: str | N
                            peaks=draw(st.sampled_from([0.0, 0.2, 0.8]))))
 
 
-def decode(req: dict, predictor=None, **kw):
+def decode_request(req: dict, predictor=None, **kw):
     predictor = predictor or random_predictor(**req["model"])
     trace = generate(predictor, PROMPT, req["method"], mode=req["mode"], gen_length=req["gen_length"],
                      block_length=req["block_length"], **req["settings"], **kw)
@@ -81,7 +76,7 @@ def without_timing(trace: Trace) -> dict:
 @given(data=st.data())
 def test_every_step_commits_masked_window_positions_once_and_for_all(method, rule_settings, data):
     req = data.draw(requests(method, rule_settings))
-    trace, calls = decode(req)
+    trace, calls = decode_request(req)
     n, m = req["gen_length"], trace.prompt_length
 
     # one step = one forward pass, and nfe counts them
@@ -119,7 +114,7 @@ def test_every_step_commits_masked_window_positions_once_and_for_all(method, rul
 @given(data=st.data())
 def test_semi_ar_decodes_blocks_left_to_right_each_finished_before_the_next_opens(method, data):
     req = data.draw(requests(method, mode="semi-ar"))
-    trace, _ = decode(req)
+    trace, _ = decode_request(req)
     width = req["block_length"]
     blocks = [[start, start + width] for start in range(0, req["gen_length"], width)]
     windows = [step.window for step in trace.steps]
@@ -132,7 +127,7 @@ def test_semi_ar_decodes_blocks_left_to_right_each_finished_before_the_next_open
 @given(data=st.data())
 def test_dico_divide_steps_commit_their_seeds_and_clusters_lie_in_the_window(rule_settings, data):
     req = data.draw(requests("dico", rule_settings))
-    trace, _ = decode(req)
+    trace, _ = decode_request(req)
     n_seeds = trace.settings["seeds"]
     assert n_seeds == rule_settings.get("seeds", 4 if req["mode"] == "semi-ar" else 8)
     for step in trace.steps:
@@ -149,7 +144,7 @@ def test_dico_divide_steps_commit_their_seeds_and_clusters_lie_in_the_window(rul
 @examples(6)
 @given(data=st.data())
 def test_the_trace_round_trips_through_json_losslessly(method, data):
-    trace, _ = decode(data.draw(requests(method)))
+    trace, _ = decode_request(data.draw(requests(method)))
     assert Trace.from_json(trace.to_json()) == trace
     assert Trace.from_json(trace.to_json(indent=1)) == trace
 
@@ -159,43 +154,40 @@ def test_the_trace_round_trips_through_json_losslessly(method, data):
 @given(data=st.data())
 def test_a_run_is_deterministic_for_a_seed(method, data):
     req = data.draw(requests(method))
-    assert without_timing(decode(req)[0]) == without_timing(decode(req)[0])
+    assert without_timing(decode_request(req)[0]) == without_timing(decode_request(req)[0])
 
 
-# ============================================================================ streaming and cancelling
+# ============================================================================ the step generator
 
 @pytest.mark.parametrize("method", dico.METHODS)
 @examples(6)
 @given(data=st.data(), after=st.integers(0, 12))
-def test_should_stop_cancels_with_a_partial_trace(method, data, after):
+def test_closing_the_generator_stops_with_a_partial_trace(method, data, after):
     req = data.draw(requests(method))
-    polls = []
-
-    def should_stop():
-        polls.append(1)
-        return len(polls) > after
-
     predictor = random_predictor(**req["model"])
-    try:
-        trace, calls = decode(req, predictor, should_stop=should_stop)
-    except Cancelled as stop:
-        partial = stop.trace
-        assert partial.stopped and len(partial.steps) == partial.nfe == len(predictor.model.calls) == after
-        assert Trace.from_json(partial.to_json()) == partial
-        assert len(partial.response) == req["gen_length"]
-        full, _ = decode(req)                                        # the same run, not stopped
-        assert without_timing(partial)["steps"] == without_timing(full)["steps"][:after]
-    else:
-        assert len(trace.steps) <= after and not trace.stopped      # finished before the stop was asked for
+    steps = decode(predictor, PROMPT, req["method"], mode=req["mode"], gen_length=req["gen_length"],
+                   block_length=req["block_length"], **req["settings"])
+    partial = None
+    for k, (trace, step) in enumerate(steps):
+        partial = trace
+        if k + 1 == after:
+            steps.close()
+            break
+    full, _ = decode_request(req)                                    # the same run, not stopped
+    if partial is None or after == 0 or after >= full.nfe:           # nothing to stop, or it finished first
+        return
+    assert partial.stopped and len(partial.steps) == partial.nfe == len(predictor.model.calls) == after
+    assert Trace.from_json(partial.to_json()) == partial
+    assert len(partial.response) == req["gen_length"]
+    assert without_timing(partial)["steps"] == without_timing(full)["steps"][:after]
 
 
 @pytest.mark.parametrize("method", dico.METHODS)
-def test_on_step_is_called_once_per_step_with_that_step(method):
-    seen = []
-    trace = generate(random_predictor(3), PROMPT, method, gen_length=24,
-                     on_step=lambda t, step: seen.append((len(t.steps), step)))
-    assert [step for _, step in seen] == trace.steps
-    assert [count for count, _ in seen] == list(range(1, trace.nfe + 1))     # called after the step is recorded
+def test_decode_yields_each_step_once_after_recording_it(method):
+    seen = [(len(trace.steps), step) for trace, step in decode(random_predictor(3), PROMPT, method, gen_length=24)]
+    trace = generate(random_predictor(3), PROMPT, method, gen_length=24)
+    assert [step.committed for _, step in seen] == [step.committed for step in trace.steps]
+    assert [count for count, _ in seen] == list(range(1, trace.nfe + 1))
 
 
 def test_capture_attention_needs_a_model_that_returns_attention():
@@ -260,7 +252,7 @@ def test_the_trace_records_the_run():
     trace = generate(scripted(lambda step, ids: [0.99] * 6, 6), "w20 w21", "fast", gen_length=6)
     assert (trace.model, trace.method, trace.mode, trace.prompt, trace.prompt_length) == ("scripted", "fast", "non-ar",
                                                                                          "w20 w21", 2)
-    assert trace.settings == {"threshold": 0.95} and trace.nfe == 1
+    assert trace.settings["threshold"] == 0.95 and trace.settings["temperature"] == 0 and trace.nfe == 1
     assert trace.text == "w10 w11 w12 w13 w14 w15" and trace.vocab["10"] == "w10"
     assert trace.wall_s > 0 and trace.tokens_per_s > 0
     step = trace.steps[0]

@@ -1,28 +1,24 @@
 """The decoding rules, rule by rule, as ../shared/reference/DICO_SPEC.md states them.
 
-Single rules are checked through ``select`` with hand-made ``Scores``; where phases follow one another the
+Single rules are checked through ``choose`` with hand-made ``Scores``; where phases follow one another the
 rule is driven through ``dico.generate`` with a scripted mask predictor (tests/standins.py) whose
 confidences the test sets step by step. Positions are response offsets.
 """
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
+import numpy as np
+import pytest
+import torch
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import dico
+from dico.divide_conquer import DiCo, grow, guidance_weights, merge, soft_nms_seeds, trim
+from dico.rules import Scores, Vanilla, factor_set, make_rule
+from dico.settings import DiCoSettings
+from standins import MASK_ID, Row, profile, scripted, settle
 
 torch.set_num_threads(1)
-
-import dico  # noqa: E402
-from dico.rules import (DiCo, DiCoSettings, Scores, Vanilla, factor_set, grow, guidance_weights, make_rule,  # noqa: E402
-                        merge, soft_nms_seeds, trim)
-from standins import MASK_ID, Row, profile, scripted, settle  # noqa: E402
 
 PROMPT = "w20 w21 w22"
 
@@ -35,6 +31,10 @@ def scores(conf, *, decoded=(), window=None, margin=None) -> Scores:
     margin = torch.zeros(n) if margin is None else torch.tensor(margin, dtype=torch.float32)
     return Scores(conf=torch.tensor(conf, dtype=torch.float32), pred=torch.arange(n) + 10, margin=margin,
                   masked=masked, window=window or (0, n))
+
+
+def rule(method: str, mode: str = "non-ar", **settings):
+    return make_rule(method, mode, settings)
 
 
 def run(script, n: int, *, then=None, method: str = "dico", mode: str = "non-ar", block_length: int | None = None,
@@ -53,12 +53,12 @@ def phases(trace: dico.Trace) -> list[str]:
 # ============================================================================ Vanilla
 
 def test_vanilla_commits_the_single_most_confident_masked_window_position():
-    choice = Vanilla().select(scores([0.2, 0.9, 0.95, 0.5], decoded=[2]))
+    choice = Vanilla().choose(scores([0.2, 0.9, 0.95, 0.5], decoded=[2]))
     assert choice.commit == [1] and choice.phase == "vanilla"
 
 
 def test_vanilla_stays_inside_the_window():
-    assert Vanilla().select(scores([0.2, 0.3, 0.99, 0.99], window=(0, 2))).commit == [1]
+    assert Vanilla().choose(scores([0.2, 0.3, 0.99, 0.99], window=(0, 2))).commit == [1]
 
 
 def test_vanilla_decodes_in_order_of_confidence_with_nfe_equal_to_gen_length():
@@ -72,18 +72,18 @@ def test_vanilla_decodes_in_order_of_confidence_with_nfe_equal_to_gen_length():
 # ============================================================================ Fast-dLLM
 
 def test_fast_threshold_commits_every_masked_window_position_strictly_above_the_threshold():
-    rule = make_rule("fast", threshold=0.75)
-    choice = rule.select(scores([0.8, 0.75, 0.9, 0.76, 0.2, 0.99], decoded=[2], window=(0, 5)))
+    fast = rule("fast", threshold=0.75)
+    choice = fast.choose(scores([0.8, 0.75, 0.9, 0.76, 0.2, 0.99], decoded=[2], window=(0, 5)))
     assert choice.commit == [0, 3] and choice.phase == "fast"
 
 
 def test_fast_threshold_defaults_to_the_papers_095():
-    assert make_rule("fast").threshold == 0.95
-    assert make_rule("fast").select(scores([0.96, 0.94, 0.951])).commit == [0, 2]
+    assert rule("fast").settings.threshold == 0.95
+    assert rule("fast").choose(scores([0.96, 0.94, 0.951])).commit == [0, 2]
 
 
 def test_fast_threshold_falls_back_to_the_top1_when_none_qualifies():
-    assert make_rule("fast").select(scores([0.3, 0.6, 0.4])).commit == [1]
+    assert rule("fast").choose(scores([0.3, 0.6, 0.4])).commit == [1]
 
 
 @pytest.mark.parametrize("conf, f, expected", [
@@ -104,14 +104,14 @@ def test_factor_set_only_looks_at_the_given_positions():
 
 
 def test_fast_factor_commits_the_factor_set_of_masked_window_positions():
-    rule = make_rule("fast-factor")
-    choice = rule.select(scores([0.7, 0.99, 0.8, 0.9, 0.999], decoded=[1], window=(0, 4)))
+    factor = rule("fast-factor")
+    choice = factor.choose(scores([0.7, 0.99, 0.8, 0.9, 0.999], decoded=[1], window=(0, 4)))
     assert sorted(choice.commit) == [2, 3]        # sorted .9, .8, .7: k=2 3*0.2=0.6; k=3 4*0.3=1.2
     assert choice.phase == "fast"
 
 
 def test_fast_factor_commits_at_least_one():
-    assert make_rule("fast-factor").select(scores([0.4, 0.45, 0.3])).commit == [1]
+    assert rule("fast-factor").choose(scores([0.4, 0.45, 0.3])).commit == [1]
 
 
 # ============================================================================ DiCo: trajectory guidance
@@ -162,13 +162,8 @@ def test_guidance_floor_w_min_is_capped_at_1():
 
 def test_divide_chooses_seeds_on_guided_confidence_and_guidance_can_be_turned_off():
     conf = profile(16, 0.1, at={0: 0.5, 15: 0.5})            # at 15 (window end, R = 0) cw = 0.5 * 0.05 < tau1
-    assert DiCo(DiCoSettings()).select(scores(conf)).seeds == [0]
-    assert DiCo(DiCoSettings(guidance=False)).select(scores(conf)).seeds == [0, 15]
-
-
-def test_guidance_origin_setting_is_reachable():
-    assert make_rule("dico", guidance_origin="window-start").settings.guidance_origin == "window-start"
-    assert make_rule("dico").settings.guidance_origin == "first-masked"
+    assert DiCo(DiCoSettings()).choose(scores(conf)).seeds == [0]
+    assert DiCo(DiCoSettings(guidance=False)).choose(scores(conf)).seeds == [0, 15]
 
 
 # ============================================================================ DiCo: Soft-NMS seeds
@@ -207,8 +202,8 @@ def test_soft_nms_accepts_at_most_N_seeds_among_masked_window_positions():
 def test_semi_ar_seeds_are_spread_over_the_block_width():
     # W = 8: s(10) = 0.8 * D(2, 8) = 0.344 > s(14) = 0.32 * D(6, 8) = 0.318 (with W = 32 it would be 14)
     conf = profile(32, 0.1, at={8: 0.9, 10: 0.8, 14: 0.32})
-    rule = DiCo(DiCoSettings(guidance=False, seeds=2), semi_ar=True)
-    assert rule.select(scores(conf, decoded=range(8), window=(8, 16))).seeds == [8, 10]
+    rule = DiCo(DiCoSettings(guidance=False, seeds=2), "semi-ar")
+    assert rule.choose(scores(conf, decoded=range(8), window=(8, 16))).seeds == [8, 10]
 
 
 # ============================================================================ DiCo: clusters
@@ -229,13 +224,13 @@ def test_growth_stays_inside_the_window():
 @pytest.mark.parametrize("gap, cluster", [(0, [2, 4]), (1, [2, 9])])
 def test_divide_growth_fails_at_decoded_positions(gap, cluster):
     conf = profile(16, 0.1, span={(2, 9): 0.5}, at={2: 0.6})
-    choice = DiCo(DiCoSettings(guidance=False, seeds=1, gap=gap)).select(scores(conf, decoded=[5]))
+    choice = DiCo(DiCoSettings(guidance=False, seeds=1, gap=gap)).choose(scores(conf, decoded=[5]))
     assert choice.seeds == [2] and choice.clusters == [cluster]
 
 
 def test_divide_growth_accepts_guided_confidence_equal_to_tau1():
     conf = profile(8, 0.1, at={3: 0.9, 4: 0.5})
-    choice = DiCo(DiCoSettings(guidance=False, seeds=1, tau1=0.5, gap=0)).select(scores(conf))
+    choice = DiCo(DiCoSettings(guidance=False, seeds=1, tau1=0.5, gap=0)).choose(scores(conf))
     assert choice.clusters == [[3, 4]]
 
 
@@ -267,7 +262,7 @@ def test_divide_grows_a_seed_from_the_cluster_that_already_contains_it():
 # ============================================================================ DiCo: Divide
 
 def test_divide_commits_the_seeds_only():
-    choice = DiCo(DiCoSettings(guidance=False)).select(scores([0.99] * 32))
+    choice = DiCo(DiCoSettings(guidance=False)).choose(scores([0.99] * 32))
     assert choice.phase == "divide" and len(choice.seeds) == 8      # N = 8 in non-AR mode
     assert sorted(choice.commit) == sorted(choice.seeds) and choice.seeds[:2] == [0, 31]
 
@@ -409,6 +404,37 @@ def test_conquer_ends_when_the_mean_confidence_of_still_masked_cluster_positions
     assert phases(trace)[2] == next_phase
 
 
+# ============================================================================ DiCo: the authors' code choices
+
+def test_growing_through_this_steps_commits_reproduces_the_authors_conquer():
+    # the step commits 2, 4, 5 (factor rule), 6 (shortcut) and 10; 7 is masked at 0.7. Ours: 6 is decoded, so a
+    # wall ([2, 5] has nothing masked left and goes). The code's: 6 was masked at 0.99 before the commit, so
+    # [2, 5] grows through it to 7.
+    second = profile(16, 0.2, at={2: 0.9, 4: 0.9, 5: 0.9, 6: 0.99, 7: 0.7, 10: 0.65, 12: 0.64})
+    ours, code = (conquer_run(second, gap=0, grow_through_commits=through).steps[1] for through in (False, True))
+    assert ours.committed == code.committed == [2, 4, 5, 6, 10]
+    assert ours.clusters == [[12, 12]] and code.clusters == [[7, 7], [12, 12]]
+
+
+@pytest.mark.parametrize("at_7, expected", [(0.9, [7]), (0.5, None)])
+def test_the_authors_conquer_fallback_takes_the_windows_top1_above_tau2_or_hands_the_step_on(at_7, expected):
+    second = profile(16, 0.1, at={2: 0.45, 4: 0.4, 5: 0.42, 10: 0.44, 12: 0.43, 7: at_7})
+    trace = conquer_run(second, conquer_fallback="window")       # run() checks that no forward pass is lost
+    if expected:
+        assert trace.steps[1].phase == "conquer" and trace.steps[1].committed == expected
+    else:   # nothing committed in Conquer: it ends, and Divide (2 of 16 decoded < R_gate) takes the same scores
+        assert trace.steps[1].phase == "divide" and trace.steps[1].seeds == [7, 2]
+
+
+def test_bounding_by_the_previous_clusters_old_span_then_merging_reproduces_the_authors_conquer():
+    # [2, 5] grows right to 9, stopped by [10, 12]; [10, 12] may grow left to just past [2, 5] as it stood (5)
+    # in the code, just past it as grown (9) in ours. The code then merges the two.
+    second = profile(16, 0.2, at={2: 0.9, 4: 0.9, 5: 0.9, 6: 0.7, 7: 0.7, 8: 0.7, 9: 0.7, 10: 0.65, 12: 0.64})
+    ours, code = (conquer_run(second, merge_after_conquer=merged).steps[1] for merged in (False, True))
+    assert ours.committed == code.committed == [2, 4, 5, 10]
+    assert ours.clusters == [[6, 9], [12, 12]] and code.clusters == [[6, 12]]
+
+
 # ============================================================================ DiCo: rounds and Finalize
 
 @pytest.mark.parametrize("r_gate, after", [(0.5, "divide"), (0.3, "finalize")])
@@ -429,28 +455,28 @@ def test_when_conquer_ends_divide_again_below_r_gate_else_finalize(n, block_leng
 def finalizing(**settings) -> DiCo:
     """A DiCo rule in Finalize: its first step found no seed (every confidence below tau1)."""
     rule = DiCo(DiCoSettings(**settings))
-    assert rule.select(scores([0.1] * 5)).phase == "finalize"
+    assert rule.choose(scores([0.1] * 5)).phase == "finalize"
     return rule
 
 
 def test_finalize_commits_every_position_with_margin_above_tau3_or_conf_above_098():
     s = scores([0.5, 0.5, 0.99, 0.97, 0.5], margin=[3.5, 3.0, 1.0, 2.9, 10.0], decoded=[4])
-    choice = finalizing().select(s)
+    choice = finalizing().choose(s)
     assert choice.phase == "finalize" and choice.commit == [0, 2]
 
 
 def test_finalize_falls_back_to_the_top1_by_confidence():
-    assert finalizing().select(scores([0.6, 0.5, 0.3], margin=[2.0, 2.9, 1.0])).commit == [0]
+    assert finalizing().choose(scores([0.6, 0.5, 0.3], margin=[2.0, 2.9, 1.0])).commit == [0]
 
 
 def test_finalize_uses_the_tau3_setting():
-    assert finalizing(tau3=1.5).select(scores([0.5, 0.6, 0.5], margin=[1.6, 1.4, 0.0])).commit == [0]
+    assert finalizing(tau3=1.5).choose(scores([0.5, 0.6, 0.5], margin=[1.6, 1.4, 0.0])).commit == [0]
 
 
 def test_without_logit_margin_finalize_commits_conf_above_098_else_the_top1():
     rule = finalizing(logit_margin=False)
-    assert rule.select(scores([0.5, 0.99, 0.97], margin=[9.0, 1.0, 2.0])).commit == [1]
-    assert rule.select(scores([0.5, 0.7, 0.97], margin=[9.0, 1.0, 2.0])).commit == [2]
+    assert rule.choose(scores([0.5, 0.99, 0.97], margin=[9.0, 1.0, 2.0])).commit == [1]
+    assert rule.choose(scores([0.5, 0.7, 0.97], margin=[9.0, 1.0, 2.0])).commit == [2]
 
 
 def test_finalize_through_the_loop_reads_the_models_logit_margin():
@@ -481,7 +507,7 @@ def test_semi_ar_never_commits_outside_the_open_block(method):
 def test_dico_uses_N_8_seeds_in_non_ar_and_4_in_semi_ar_by_default():
     assert run(block_script(8, 4), 8, mode="semi-ar", block_length=4).settings["seeds"] == 4
     assert run(lambda step, ids: [0.99] * 8, 8).settings["seeds"] == 8
-    assert DiCo(semi_ar=True).n_seeds == 4 and DiCo().n_seeds == 8
+    assert DiCo(mode="semi-ar").n_seeds == 4 and DiCo().n_seeds == 8
 
 
 def test_dico_defaults_are_the_papers_and_the_authors_code():
@@ -500,7 +526,11 @@ def test_dico_defaults_are_the_papers_and_the_authors_code():
     ("dico", {"alpha": 2.0}, "alpha"),
     ("dico", {"beta": 0.0}, "beta"),
     ("dico", {"tau3": 0}, "tau3"),
-    ("dico", {"seeds": 0}, "seeds"),
+    ("dico", {"seeds": -1}, "seeds"),
+    ("dico", {"conquer_fallback": "anywhere"}, "conquer_fallback"),
+    ("vanilla", {"remasking": "lowest"}, "remasking"),
+    ("vanilla", {"temperature": -1}, "temperature"),
+    ("fast", {"top_p": 0}, "top_p"),
     ("dico", {"t_max": 0}, "t_max"),
     ("dico", {"gap": -1}, "gap"),
     ("dico", {"guidance_origin": "middle"}, "guidance_origin"),
@@ -515,12 +545,13 @@ def test_dico_defaults_are_the_papers_and_the_authors_code():
 ])
 def test_settings_are_validated_and_the_message_names_the_field(method, settings, field):
     with pytest.raises(ValueError, match=rf"^{field}:"):
-        make_rule(method, **settings)
+        make_rule(method, "non-ar", settings)
 
 
 def test_settings_at_the_edge_of_their_range_are_accepted():
-    make_rule("dico", tau1=1.0, tau2=1.0, r_gate=1.0, seeds=1, t_max=1, gap=0)
-    make_rule("fast", threshold=1.0)
+    edge = rule("dico", tau1=1.0, tau2=1.0, r_gate=1.0, seeds=1, t_max=1, gap=0).settings
+    assert (edge.tau1, edge.tau2, edge.r_gate, edge.seeds, edge.t_max, edge.gap) == (1.0, 1.0, 1.0, 1, 1, 0)
+    assert rule("fast", threshold=1.0).settings.threshold == 1.0
 
 
 def test_bad_settings_are_refused_before_any_forward_pass():
