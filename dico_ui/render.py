@@ -175,11 +175,10 @@ def step_head(trace: Trace, k: int) -> str:
     if not trace.steps:
         return '<div class="step-head">This run has no steps.</div>'
     step = trace.steps[k]
-    seeds = ", ".join(map(str, step.seeds)) or "none"
     clusters = ", ".join(f"[{a}, {b}]" for a, b in step.clusters) or "none"
     return (f'<div class="step-head"><b>{clean(label(trace.method))}</b>, step index <b>{k}</b> of '
             f'{len(trace.steps) - 1} · phase <b>{clean(step.phase)}</b> · committed {len(trace.answer_commits(step))} '
-            f'answer + {len(trace.padding_commits(step))} padding (outlined) · seeds: {seeds} · clusters: '
+            f'answer + {len(trace.padding_commits(step))} padding (outlined) · clusters: '
             f'{clusters}</div>')
 
 

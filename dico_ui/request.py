@@ -79,7 +79,7 @@ def group_label(group: str) -> str:
 
 
 def settings_from_json(settings) -> dict[str, dict]:
-    """The API's settings: one JSON object (or dict) ``{"dico": {"tau1": 0.4}, ...}``; missing ones keep defaults."""
+    """The API's settings: one JSON object (or dict) ``{"fast": {"threshold": 0.9}, ...}``; missing ones keep defaults."""
     if settings in (None, ""):
         return {}
     if isinstance(settings, str):
@@ -87,9 +87,9 @@ def settings_from_json(settings) -> dict[str, dict]:
             settings = json.loads(settings)
         except json.JSONDecodeError as exc:
             raise ValueError(f"settings: not valid JSON ({exc}); expected an object like "
-                             '{"dico": {"tau1": 0.4}}') from None
+                             '{"fast": {"threshold": 0.9}}') from None
     if not isinstance(settings, dict) or not all(isinstance(v, dict) for v in settings.values()):
-        raise ValueError('settings: must be an object of objects, one per method, like {"dico": {"tau1": 0.4}}')
+        raise ValueError('settings: must be an object of objects, one per method, like {"fast": {"threshold": 0.9}}')
     for method, values in settings.items():
         settings_for(method, values)                  # unknown methods and settings, ranges: named errors
     return {m: dict(v) for m, v in settings.items()}
