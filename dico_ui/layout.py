@@ -143,7 +143,11 @@ def build_demo() -> gr.Blocks:
                 gr.Markdown(bench_table, elem_id="bench-table")
             with gr.Tab("About", id="about-tab"):
                 about = gr.Markdown(h.about_text([]), elem_id="about")
-        api_settings = gr.Textbox(visible=False)
+        # The API's inputs: plain values the handler checks itself (a choice component would reject a bad value
+        # inside gradio, with a logged traceback and gradio's wording instead of the library's).
+        api_inputs = [gr.Textbox(visible=False), gr.Textbox(visible=False), gr.Textbox(visible=False),
+                      gr.Number(visible=False), gr.Number(visible=False), gr.JSON(visible=False),
+                      gr.JSON(visible=False), gr.Checkbox(visible=False)]
         api_run = gr.Button(visible=False)
 
         outputs = [status, answers, trajectory, phases, clusters, side_by_side, masked, table, attention, step_run,
@@ -152,7 +156,7 @@ def build_demo() -> gr.Blocks:
         live = dict(show_progress="minimal", show_progress_on=[status], concurrency_limit=2, concurrency_id="decode")
         runs = [run_btn.click(h.run_ui, base + [capture_attention] + controls, outputs, show_api=False, **live),
                 prompt.submit(h.run_ui, base + [capture_attention] + controls, outputs, show_api=False, **live),
-                api_run.click(h.run_api, base + [api_settings, capture_attention], outputs, api_name="run", **live),
+                api_run.click(h.run_api, api_inputs, outputs, api_name="run", **live),
                 replay_btn.click(h.replay_race, [traces_state, speed], [status, answers], show_api=False,
                                  show_progress="hidden", concurrency_limit=4)]
         stop_btn.click(h.stop, None, [status], cancels=runs, queue=False, show_api=False)

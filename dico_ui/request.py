@@ -97,7 +97,7 @@ def settings_from_json(settings) -> dict[str, dict]:
 
 def build_request(prompt, model, mode, gen_length, block_length, methods, settings, capture_attention) -> RunRequest:
     """A request from raw page or API values: numbers made whole, methods in the library's order."""
-    methods = list(methods or [])
+    methods = [methods] if isinstance(methods, str) else list(methods or [])
     if not methods:
         raise ValueError("methods: choose at least one method to run")
     unknown = [m for m in methods if m not in METHODS]

@@ -46,6 +46,12 @@ def wait_until(condition, timeout: float = 60.0, what: str = "a condition"):
         time.sleep(0.05)
 
 
+@pytest.fixture(name="wait_until", scope="session")
+def wait_until_fixture():
+    """``wait_until(condition, timeout, what)`` for tests (conftest is not importable without sys.path tricks)."""
+    return wait_until
+
+
 @pytest.fixture(scope="session")
 def app_module():
     """The app module, imported once per session (gradio takes seconds to import)."""
