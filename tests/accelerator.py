@@ -50,6 +50,10 @@ def _targets(args, kwargs, test) -> bool:
 
 # What CUDA does across devices: copy into a tensor, compare tensor types.
 _MAY_MIX = (torch.Tensor.copy_, torch._has_compatible_shallow_copy_type)
+# Reading values to the host: (function name, number of elements) of each is kept in TRANSFERS.
+_READS = (torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__float__, torch.Tensor.__int__,
+          torch.Tensor.__bool__, torch.Tensor.__index__)
+TRANSFERS: list[tuple[str, int]] = []
 
 
 class OnAccelerator(torch.Tensor):
@@ -70,6 +74,8 @@ class OnAccelerator(torch.Tensor):
             raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
                             "to host memory first.")
         to_cpu = func is torch.Tensor.cpu or (func is torch.Tensor.to and _targets(args[1:], kwargs, _names_cpu))
+        if to_cpu or func in _READS:
+            TRANSFERS.append((func.__name__, args[0].numel()))
         if not to_cpu and func not in _MAY_MIX:
             flat, _ = tree_flatten((args, kwargs))
             if any(isinstance(t, torch.Tensor) and not isinstance(t, OnAccelerator) and t.dim() > 0 for t in flat):

@@ -1,0 +1,128 @@
+"""Decoding where the model runs on an accelerator, seen without one: ``tests/accelerator.py`` emulates
+``cuda:0`` on the CPU with CUDA's refusals (no mixing with CPU tensors, no ``.numpy()``). Every method, mode
+and attention capture must decode to exactly what the CPU decodes, with one small transfer to the host per
+step (spec, Common ground; issue 13).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dico
+from accelerator import DEVICE, TRANSFERS, OnAccelerator, accelerator, on_accelerator
+from dico.models import default_device_dtype
+from standins import remote_model_folder
+
+torch.set_num_threads(1)
+
+PROMPT = "Tom has 5 apples. He buys 3 more. How many apples does Tom have now?"
+RUN = dict(gen_length=32, block_length=16)
+MODES = ("non-ar", "semi-ar")
+
+
+def commits(trace: dico.Trace) -> list:
+    return [[s.phase, s.committed, s.tokens, s.seeds, s.clusters] for s in trace.steps]
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return dico.load_model(dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    with accelerator():
+        return on_accelerator(dico.load_model(dtype="float32"))
+
+
+def decode_both(cpu, gpu, method, mode="non-ar", prompt=PROMPT, **options):
+    want = dico.generate(cpu, prompt, method, mode=mode, **RUN, **options)
+    with accelerator():
+        got = dico.generate(gpu, prompt, method, mode=mode, **RUN, **options)
+    return want, got
+
+
+# ============================================================================ the emulation itself
+
+def test_the_emulated_accelerator_refuses_what_cuda_refuses():
+    with accelerator():
+        x = torch.zeros(3).to("cuda")
+        assert isinstance(x, OnAccelerator) and x.device == DEVICE and (x + 1).device == DEVICE
+        with pytest.raises(RuntimeError, match="same device"):
+            x + torch.ones(3)
+        with pytest.raises(RuntimeError, match="same device"):
+            torch.where(torch.ones(3, dtype=torch.bool), x, x)
+        with pytest.raises(TypeError, match="numpy"):
+            x.numpy()
+        assert isinstance(x + torch.tensor(2.0), OnAccelerator)          # a 0-dim CPU tensor mixes, as in CUDA
+        assert type(x.cpu()) is torch.Tensor and torch.arange(2, device="cuda").device == DEVICE
+
+
+def test_the_model_runs_on_the_accelerator(gpu):
+    assert all(isinstance(p, OnAccelerator) for p in gpu.model.parameters())
+    with accelerator():
+        logits, _ = gpu.forward(torch.tensor([gpu.encode_prompt(PROMPT)]))
+    assert isinstance(logits, OnAccelerator)
+
+
+# ============================================================================ the same decodes
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("method", dico.METHODS)
+def test_every_method_and_mode_decodes_as_on_the_cpu_with_attention_maps(cpu, gpu, method, mode):
+    want, got = decode_both(cpu, gpu, method, mode, capture_attention=True)
+    assert commits(got) == commits(want) and got.text == want.text
+    assert got.attention.matrix == want.attention.matrix
+    assert got.device == "cuda:0" and want.device == "cpu"
+
+
+@pytest.mark.parametrize("method, options", [
+    ("vanilla", dict(temperature=0.8, top_p=0.9, top_k=50, random_seed=3, steps=16)),
+    ("vanilla", dict(remasking="random", steps=8, random_seed=1)),
+    ("vanilla", dict(remasking="topk_margin", steps=8, temperature=0.5)),
+    ("vanilla", dict(remasking="entropy", steps=8)),
+    ("vanilla", dict(remasking="origin", steps=8, random_seed=2)),
+    ("fast", dict(cfg_scale=1.0, mask_in_softmax=True, ban_eos=True)),
+    ("dico", dict(temperature=0.7, eos_last=True, grow_through_commits=True, conquer_fallback="window",
+                  merge_after_conquer=True)),
+])
+def test_sampling_options_decode_as_on_the_cpu(cpu, gpu, method, options):
+    want, got = decode_both(cpu, gpu, method, **options)
+    assert commits(got) == commits(want) and got.text == want.text
+
+
+def test_each_step_brings_one_small_transfer_to_the_host(gpu):
+    TRANSFERS.clear()
+    with accelerator():
+        trace = dico.generate(gpu, PROMPT, "dico", **RUN)
+    assert TRANSFERS == [("cpu", 3 * RUN["gen_length"])] * trace.nfe         # conf, pred, margin in one copy
+    TRANSFERS.clear()
+    with accelerator():
+        trace = dico.generate(gpu, PROMPT, "vanilla", **RUN, steps=8, remasking="entropy", capture_attention=True)
+    n = RUN["gen_length"]
+    assert TRANSFERS == [("cpu", 4 * n)] * trace.nfe + [("cpu", 3 * n * (n + 1))]   # + the stage maps, once
+
+
+# ============================================================================ LLaDA- and Dream-shaped models
+
+@pytest.mark.parametrize("kind", ["llada", "dream"])
+def test_remote_code_models_decode_and_give_attention_on_the_accelerator(tmp_path, kind):
+    folder = remote_model_folder(tmp_path / f"{kind}-standin", kind)
+    cpu = dico.load_model(folder, trust_remote_code=True)
+    with accelerator():
+        gpu = on_accelerator(dico.load_model(folder, trust_remote_code=True))
+    for method in ("vanilla", "dico"):
+        want = dico.generate(cpu, "w1 w2 w3", method, gen_length=12, capture_attention=True)
+        with accelerator():
+            got = dico.generate(gpu, "w1 w2 w3", method, gen_length=12, capture_attention=True)
+        assert commits(got) == commits(want) and got.text == want.text
+        assert got.attention.matrix == want.attention.matrix
+
+
+# ============================================================================ device and dtype defaults
+
+def test_cuda_defaults_to_bfloat16_the_cpu_to_float32_and_both_can_be_chosen():
+    assert default_device_dtype("cuda") == (torch.device("cuda"), torch.bfloat16)
+    assert default_device_dtype("cpu") == (torch.device("cpu"), torch.float32)
+    assert default_device_dtype("cuda", "float32") == (torch.device("cuda"), torch.float32)
+    assert default_device_dtype("cpu", "bf16") == (torch.device("cpu"), torch.bfloat16)
