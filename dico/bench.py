@@ -96,7 +96,8 @@ def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batc
             except StopIteration as end:
                 traces = end.value
                 break
-            bar.update(step.unmasked_fraction == 1.0)          # a row just finished
+            if step.unmasked_fraction == 1.0:          # a row just finished
+                bar.update(1)
         cell.wall = time.perf_counter() - start
         cell.n = len(traces)
         cell.correct = sum(tasks.check(item, trace.text) for item, trace in zip(items[cell.task], traces))
