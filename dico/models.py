@@ -53,6 +53,7 @@ class MaskPredictor:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     dtype: torch.dtype = torch.float32
     hooks: AttentionHooks | None = field(default=None, repr=False)   # LLaDA / Dream: attention recomputed
+    eos_ids: tuple = ()                                                # the generation config's EOS ids
     _spacing: str | None = field(default=None, repr=False)
     _stops: frozenset | None = field(default=None, repr=False)
 
@@ -126,9 +127,8 @@ class MaskPredictor:
         tokens of known chat formats found in ``get_vocab()`` (slow tokenizers have no ``.vocab``)."""
         if self._stops is None:     # get_vocab() builds a fresh dict (126k entries for LLaDA): once only
             vocab = self.tokenizer.get_vocab() if hasattr(self.tokenizer, "get_vocab") else {}
-            eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
             ids = {getattr(self.tokenizer, "eos_token_id", None)} | {vocab[t] for t in END_TOKENS if t in vocab}
-            ids |= set(eos) if isinstance(eos, (list, tuple)) else {eos}
+            ids |= set(self.eos_ids) | _eos_ids(getattr(self.model, "generation_config", None))
             self._stops = frozenset(int(i) for i in ids if i is not None and int(i) != self.mask_id)
         return set(self._stops)
 
@@ -158,6 +158,20 @@ class MaskPredictor:
 # End-of-text tokens of the supported tokenizers (embedded, LLaDA/Llama-3, Dream/Qwen, GPT-2, BERT-like).
 END_TOKENS = frozenset({"<|eot|>", "<|endoftext|>", "<|eot_id|>", "<|im_end|>", "</s>"})
 _PUNCTUATION = re.compile(r"[.,!?;:)\]}'%]+")
+
+
+def _eos_ids(generation_config) -> set:
+    eos = getattr(generation_config, "eos_token_id", None)
+    return set(eos) if isinstance(eos, (list, tuple)) else {eos}
+
+
+def _generation_eos(name: str) -> tuple:
+    """The EOS ids of the model's generation_config.json (models that cannot ``generate()`` do not load it)."""
+    from transformers import GenerationConfig
+    try:
+        return tuple(i for i in _eos_ids(GenerationConfig.from_pretrained(name)) if i is not None)
+    except Exception:              # noqa: BLE001 (no generation config: nothing to add)
+        return ()
 
 
 def _spacing_style(tokenizer) -> str:
@@ -300,7 +314,7 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
     return MaskPredictor(name=label, kind=kind, model=model, tokenizer=tokenizer, mask_id=mask_id,
                          max_length=max_length, chat=has_template if chat is None else chat,
                          supports_attention=attention and (kind == "masked-lm" or hooks is not None), device=dev,
-                         dtype=dt, hooks=hooks)
+                         dtype=dt, hooks=hooks, eos_ids=_generation_eos(name))
 
 
 def from_module(model: torch.nn.Module, tokenizer, *, kind: str, mask_id: int, max_length: int, name: str = "custom",

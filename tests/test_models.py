@@ -8,24 +8,20 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(1)
-
 import dico  # noqa: E402
-from dico.models import (DREAM_MASK_ID, KNOWN_REMOTE, LLADA_MASK_ID, ModelError, default_device_dtype,  # noqa: E402
-                         from_module, load_model)
-from standins import (DREAM_VOCAB, LLADA_VOCAB, FakeTokenizer, MarkerLM, Row, dream_standin,  # noqa: E402
-                      llada_standin, scripted, tiny_model_folder)
+from dico.models import ModelError, default_device_dtype, from_module, load_model  # noqa: E402
+from standins import (DREAM_MASK_ID, DREAM_VOCAB, LLADA_MASK_ID, LLADA_VOCAB, FakeTokenizer, MarkerLM,  # noqa: E402
+                      Row, dream_standin, llada_standin, scripted, tiny_model_folder)
+
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +69,6 @@ def test_a_model_with_its_own_code_outside_the_allow_list_is_refused_without_tru
     assert not canary.exists()
 
 
-def test_the_allow_list_names_the_llada_and_dream_releases():
-    assert KNOWN_REMOTE["GSAI-ML/LLaDA-8B-Instruct"] == "llada"
-    assert KNOWN_REMOTE["Dream-org/Dream-v0-Instruct-7B"] == "dream"
-
-
 def test_an_unknown_dtype_is_refused(tiny):
     with pytest.raises(ModelError, match="^dtype: unknown dtype 'float8'"):
         load_model(tiny, dtype="float8")
@@ -118,11 +109,12 @@ def test_forward_returns_float32_logits_per_position_and_attention_when_asked(pr
     assert torch.allclose(attn[0].sum(-1), torch.ones(1, 2, ids.shape[1]), atol=1e-4)
 
 
-def test_a_bfloat16_model_still_gives_float32_logits(tiny):
-    p = load_model(tiny, dtype="bfloat16")
-    assert next(p.model.parameters()).dtype == torch.bfloat16
+def test_a_bfloat16_model_keeps_its_logits_in_bfloat16_and_decodes(tiny):
+    p = load_model(tiny, dtype="bfloat16")             # no float32 copy of a vocabulary-wide tensor per pass
+    assert next(p.model.parameters()).dtype == torch.bfloat16 == p.dtype
     logits, _ = p.forward(torch.tensor([p.encode_prompt("Tom has 5 apples")]))
-    assert logits.dtype == torch.float32
+    assert logits.dtype == torch.bfloat16
+    assert dico.generate(p, "Tom has 5 apples", "fast", gen_length=4).nfe >= 1
 
 
 def test_attention_false_loads_without_attention_maps(tiny):
@@ -215,3 +207,95 @@ def test_the_scripted_predictor_gives_the_loop_exactly_the_scripted_conf_pred_an
             assert margin[1:].tolist() == pytest.approx(want_margin, abs=1e-5)
     with pytest.raises(AssertionError, match="the script has 2 steps"):
         p.forward(ids)
+
+
+# ============================================================================ models with their own code
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory):
+    """LLaDA- and Dream-shaped folders whose names say neither 'instruct' nor the model kind."""
+    from standins import remote_model_folder
+    root = tmp_path_factory.mktemp("remote")
+    return {kind: remote_model_folder(root / f"model-{i}", kind) for i, kind in enumerate(("llada", "dream"))}
+
+
+@pytest.mark.parametrize("kind", ["llada", "dream"])
+def test_a_remote_code_model_is_read_from_its_config_and_tokenizer(remote, kind):
+    from standins import END_TOKEN
+    p = load_model(remote[kind], trust_remote_code=True)
+    vocab = p.tokenizer.get_vocab()
+    assert p.kind == kind and p.mask_id == len(vocab) - 1 == vocab["<|mask_of_config|>"]   # the config's id
+    assert p.mask_id != p.tokenizer.mask_token_id                        # not the tokenizer's own mask token
+    assert p.chat and p.encode_prompt("w1 w2")[:2] == [vocab["<|start|>"], vocab["user"]]
+    assert vocab[END_TOKEN[kind]] in p.stop_ids()
+    assert p.supports_attention and p.hooks is not None
+
+
+def test_a_slow_tokenizer_without_vocab_still_gives_its_stop_tokens(remote):
+    p = load_model(remote["dream"], trust_remote_code=True)
+    assert not hasattr(p.tokenizer, "vocab") and p.tokenizer.get_vocab()["<|im_end|>"] in p.stop_ids()
+
+
+@pytest.mark.parametrize("mode", ["non-ar", "semi-ar"])
+@pytest.mark.parametrize("kind", ["llada", "dream"])
+def test_remote_code_models_decode_with_every_method_stop_at_their_end_token_and_give_attention(remote, kind, mode):
+    from standins import END_TOKEN
+    p = load_model(remote[kind], trust_remote_code=True)
+    end = p.tokenizer.get_vocab()[END_TOKEN[kind]]
+    for method in dico.METHODS:
+        trace = dico.generate(p, "w1 w2 w3", method, mode=mode, gen_length=12, block_length=6,
+                              capture_attention=True)
+        assert trace.response[-3:] == [end] * 3 and trace.answer_length <= 9   # the model ends its last 3
+        assert END_TOKEN[kind] not in trace.text and p.mask_id not in trace.response
+        assert trace.attention is not None and len(trace.attention.matrix) == 3
+
+
+@pytest.mark.parametrize("kind", ["llada", "dream"])
+def test_the_hooks_recompute_the_attention_the_model_computed(tmp_path, kind):
+    from standins import remote_model_folder
+    p = load_model(remote_model_folder(tmp_path / "m", kind, keep_probs=True), trust_remote_code=True)
+    ids = torch.tensor([p.encode_prompt("w1 w2 w3") + [p.mask_id] * 5])
+    _, maps = p.forward(ids, attentions=True)
+    sites = [getattr(block, "self_attn", block) for block in p.model.blocks]
+    truth = torch.stack([site.probs[0].mean(dim=0) for site in sites]).mean(dim=0)         # l, l
+    assert maps[0].shape == (1, 1, ids.shape[1], ids.shape[1])
+    assert torch.allclose(maps[0][0, 0], truth, atol=1e-5)
+
+
+def test_chat_false_encodes_the_raw_prompt_and_chat_true_needs_a_template(remote, tiny):
+    p = load_model(remote["llada"], trust_remote_code=True, chat=False)
+    assert not p.chat and len(p.encode_prompt("w1 w2")) == 2
+    with pytest.raises(ModelError, match="^chat: the tokenizer of .* has no chat template"):
+        load_model(tiny, chat=True)
+
+
+def test_the_generation_configs_eos_ids_end_a_response(tmp_path):
+    from standins import remote_model_folder
+    folder = remote_model_folder(tmp_path / "m", "llada")
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [20, 21]}))
+    assert {20, 21} <= load_model(folder, trust_remote_code=True).stop_ids()
+
+
+def test_a_model_without_a_mask_token_is_refused_naming_the_field(tmp_path):
+    from standins import remote_model_folder
+    folder = remote_model_folder(tmp_path / "m", "dream", mask_token_id=None)
+    vocab = json.loads((folder / "vocab.json").read_text())
+    vocab["[NOT-A-MASK]"] = vocab.pop("[MASK]")                       # nothing in the vocabulary spells a mask
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    with pytest.raises(ModelError, match=r"^model: .* names no mask token: .*add \"mask_token_id\""):
+        load_model(folder, trust_remote_code=True)
+
+
+def test_a_mask_id_outside_the_vocabulary_is_refused(tmp_path):
+    from standins import remote_model_folder
+    folder = remote_model_folder(tmp_path / "m", "llada", mask_token_id=156895)
+    with pytest.raises(ModelError, match=r"^model: .* has mask_token_id 156895, outside its 64 output tokens"):
+        load_model(folder, trust_remote_code=True)
+
+
+def test_a_model_whose_weights_cannot_be_read_is_a_model_error(tmp_path):
+    from standins import remote_model_folder
+    folder = remote_model_folder(tmp_path / "m", "llada")
+    (folder / "model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(ModelError, match=r"^model: cannot load"):
+        load_model(folder, trust_remote_code=True)
