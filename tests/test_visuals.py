@@ -148,10 +148,12 @@ def test_trajectory_outlines_every_cluster_and_seed(trace):
 
 
 def test_colour_bar_title_stays_clear_of_the_toolbar(trace):
-    """Plotly's toolbar floats in the top margin: the bar starts at the plot's top, its title on its side."""
-    for fig in (trajectory_figure(trace), step_view_figure(trace, 0)):
-        bar = fig.layout.coloraxis.colorbar
-        assert bar.title.side == "right" and bar.y <= 1.0 and bar.yanchor == "top"
+    """Plotly's toolbar sits at the top right (Gradio stacks it down the side): the bar stands at the bottom,
+    at most 55% of the plot's height, its title on its side."""
+    for fig in (trajectory_figure(trace), step_view_figure(trace, 0), step_view_figure(trace, 0, profile=False)):
+        bar, (low, high) = fig.layout.coloraxis.colorbar, fig.layout.yaxis.domain or (0, 1)
+        assert bar.title.side == "right" and bar.yanchor == "bottom"
+        assert bar.y >= low - 1e-9 and bar.y + bar.len <= high - 0.4 * (high - low) + 1e-9   # the panel it colours
         assert fig.layout.template.layout.title.pad.t >= 30 and fig.layout.margin.t >= 100
 
 
@@ -478,3 +480,32 @@ def test_visuals_never_import_torch_gradio_or_the_model():
         assert not {i.split(".")[0] for i in imports} & {"torch", "gradio", "transformers"}, path
         assert {i for i in imports if i.split(".")[0] == "dico"} <= {"dico.trace", "dico.settings"}, path
         assert len(path.read_text().splitlines()) <= 400, path
+
+
+# ---------------------------------------------------------------------------------------- in a browser
+
+def overlap(a: dict, b: dict) -> bool:
+    return not (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+                or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+
+
+@pytest.mark.e2e
+def test_drawn_in_a_browser_the_clusters_line_up_with_the_trajectory_and_the_toolbar_clears_the_bar(
+        page, artifacts, golden):
+    """The two defects issue 14 saw on screen, measured where plotly.js lays the figures out."""
+    trace = golden["word0-dico-non-ar"]
+    page.set_viewport_size({"width": 1000, "height": 800})
+    frames = {}
+    for name, fig in (("trajectory", trajectory_figure(trace)), ("clusters", cluster_figure(trace))):
+        path = artifacts / f"visuals-{name}.html"
+        fig.update_layout(modebar_orientation="v")              # as Gradio's Plot shows it
+        fig.write_html(path, include_plotlyjs=True)
+        page.goto(path.as_uri())
+        page.wait_for_selector(".main-svg")
+        frames[name] = page.evaluate("() => { const l = document.querySelector('.js-plotly-plot')._fullLayout;"
+                                     " return [l.xaxis._offset, l.xaxis._length]; }")
+        page.hover(".nsewdrag")                                  # the toolbar shows on hover
+        page.screenshot(path=str(artifacts / f"visuals-{name}.png"))
+        if name == "trajectory":
+            assert not overlap(page.locator(".modebar").bounding_box(), page.locator(".cbtitle").bounding_box())
+    assert frames["trajectory"] == frames["clusters"]

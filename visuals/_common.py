@@ -26,14 +26,18 @@ COMMIT_COLOR, SEED_COLOR, CLUSTER_COLOR = OKABE_ITO["vermillion"], OKABE_ITO["ye
 ANSWER_COLOR, PADDING_COLOR, BLOCK_COLOR = COMMIT_COLOR, "#7f7f7f", "#444444"
 ANSWER_COMMIT, PADDING_COMMIT = "answer commit", "padding commit"
 CONFIDENCES = ("raw", "guided")
-# Viridis is perceptually uniform and readable with every common colour-vision deficiency. The bar's title
-# sits on its side and the bar starts below the plot top, clear of plotly's toolbar (issue 14).
-COLORBAR = dict(title=dict(text="confidence", side="right"), len=0.55, y=1.0, yanchor="top", thickness=16)
+# Viridis is perceptually uniform and readable with every common colour-vision deficiency. The bar stands at the
+# bottom right of the plot with its title on its side, away from plotly's toolbar, which Gradio stacks down the
+# top right corner (issue 14: the toolbar covered the bar's title).
+COLORBAR = dict(title=dict(text="confidence", side="right"), len=0.55, y=0.0, yanchor="bottom", thickness=16, x=1.0,
+                xanchor="left")
 CONFIDENCE_AXIS = dict(colorscale="Viridis", cmin=0.0, cmax=1.0, colorbar=COLORBAR)
-# Plotly puts the legend and a colour bar at the same place; stack the legend under the shortened bar.
-UNDER_COLORBAR = dict(x=1.02, xanchor="left", y=0.4, yanchor="top")
-# Figures over response positions share one frame, so their x axes line up when stacked on a page.
-FRAME = dict(l=80, r=210, t=130, b=60)
+# Legends run along the bottom of the figure, leaving the right margin to the colour bar alone: plots keep
+# their width on a phone, and figures over response positions share one frame (``FRAME``), so their x axes
+# line up when stacked on a page.
+LEGEND_BELOW = dict(orientation="h", x=0, xanchor="left", yref="container", y=0.0, yanchor="bottom")
+UNDER_COLORBAR = LEGEND_BELOW           # the old name
+FRAME = dict(l=80, r=110, t=130, b=120)
 MASK = "▢"
 # A small template of our own: plotly's named templates cost ~25 ms per figure and ~7 kB of JSON each.
 _AXIS = dict(showgrid=True, gridcolor="#e8e8e8", zeroline=False, linecolor="#444444", ticks="outside", automargin=True)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from visuals._common import TEMPLATE, axis_ids, method_color, method_id, method_name, notice, panel_row, subtitle
+from visuals._common import (LEGEND_BELOW, TEMPLATE, axis_ids, method_color, method_id, method_name, notice, panel_row,
+                             subtitle)
 
 MODE_SYMBOLS = {"non-ar": "circle", "semi-ar": "square"}
 REQUIRED = ("method", "mode", "task", "accuracy", "nfe_mean")
@@ -65,4 +66,4 @@ def accuracy_nfe_figure(rows: list[dict]) -> go.Figure:
         layout, title=subtitle("Accuracy against forward passes", "Colour: method; shape: mode (circle = non-AR, "
                                f"square = semi-AR). Up and to the left is better.{answer_note}"),
         yaxis=dict(title="accuracy", tickformat=".0%", range=[0, 1.02]), template=TEMPLATE, height=560,
-        margin=dict(t=130), legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top")))
+        margin=dict(t=130, b=150), legend=LEGEND_BELOW))

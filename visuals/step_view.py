@@ -9,12 +9,12 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dico.trace import Trace
-from visuals._common import (ANSWER_COLOR, BLOCK_COLOR, CLUSTER_COLOR, CONFIDENCE_AXIS, MASK, OKABE_ITO,
-                             PADDING_COLOR, SEED_COLOR, TEMPLATE, UNDER_COLORBAR, Grid, answer_end_line, block_edges,
+from visuals._common import (ANSWER_COLOR, BLOCK_COLOR, CLUSTER_COLOR, COLORBAR, CONFIDENCE_AXIS, LEGEND_BELOW, MASK,
+                             OKABE_ITO, PADDING_COLOR, SEED_COLOR, TEMPLATE, Grid, answer_end_line, block_edges,
                              block_lines, boxes, check_confidence, labels, subtitle)
 
 SEED_MARKER = dict(symbol="star", size=10, color=SEED_COLOR, line=dict(color="black", width=1))
-ROW_PX, PROFILE_PX, GAP_PX, TOP_PX, BOTTOM_PX = 30, 210, 80, 130, 60
+ROW_PX, PROFILE_PX, GAP_PX, TOP_PX, BOTTOM_PX = 30, 210, 80, 130, 140
 
 
 def _check_step(trace: Trace, k) -> int:
@@ -127,13 +127,14 @@ def step_view_figure(trace: Trace, k: int, cols: int | None = None, confidence: 
     layout = dict(
         title=subtitle(f"After step {k} ({step.phase}): {len(now)} committed ({answer_now} answer, "
                        f"{len(now) - answer_now} padding), {int((~done).sum())} of {n} still masked", note),
-        coloraxis=CONFIDENCE_AXIS,
+        coloraxis={**CONFIDENCE_AXIS, "colorbar": {**COLORBAR, "y": 1 - grid_px / plot,      # beside the text grid
+                                                    "len": COLORBAR["len"] * grid_px / plot}},
         xaxis=dict(title="offset in row", range=[-0.5, cols - 0.5], showgrid=False, zeroline=False, dtick=1),
         yaxis=dict(title="row start", range=[nrows - 0.5, -0.5], showgrid=False, zeroline=False,
                    tickvals=list(range(nrows)), ticktext=[str(r * cols) for r in range(nrows)],
                    domain=[1 - grid_px / plot, 1]),
         # at least 320 px: plotly.js leaves the plot blank when the colour bar does not fit its height
-        template=TEMPLATE, height=max(320, height), legend=UNDER_COLORBAR, margin=dict(t=TOP_PX, b=BOTTOM_PX, r=230))
+        template=TEMPLATE, height=max(320, height), legend=LEGEND_BELOW, margin=dict(t=TOP_PX, b=BOTTOM_PX, r=110))
     if profile:
         data += _profile(trace, g, k)
         layout.update(xaxis2=dict(title="response position", range=[-0.5, n - 0.5], anchor="y2", showgrid=False),
@@ -152,7 +153,7 @@ def _profile(trace: Trace, g: Grid, k: int) -> list[dict]:
                 hovertemplate="position %{x}: confidence %{y:.3f}<extra></extra>", **axes)]
     if step.guidance is not None:
         out.append(dict(type="scatter", x=pos, y=np.array(step.guidance, dtype=float), mode="lines",
-                        name="guidance w", line=dict(color="black", width=1.5, dash="dash"),
+                        name="guidance w", line=dict(color="black", width=1.5, dash="dashdot"),
                         hovertemplate="position %{x}: guidance %{y:.3f}<extra></extra>", **axes))
     if step.guided_confidence is not None:
         out.append(dict(type="scatter", x=pos, y=g.guided[k], mode="lines+markers", name="guided confidence c × w",

@@ -9,8 +9,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dico.trace import Trace
-from visuals._common import (BLOCK_COLOR, PHASE_COLORS, TEMPLATE, Grid, method_color, method_name, notice, run_name,
-                             subtitle)
+from visuals._common import (BLOCK_COLOR, LEGEND_BELOW, PHASE_COLORS, TEMPLATE, Grid, method_color, method_name, notice,
+                             run_name, subtitle)
 
 STEP_X = dict(title="step (one forward pass each)", showgrid=False)
 PADDING_PATTERN = dict(shape="/", fgcolor="#555555", size=6, solidity=0.3)
@@ -61,8 +61,8 @@ def phase_figure(trace: Trace) -> go.Figure:
         xaxis=dict(STEP_X, anchor="y2", range=[-0.5, trace.nfe - 0.5]),
         yaxis=dict(domain=[0.9, 1.0], visible=False, range=[0, 1]),
         yaxis2=dict(domain=[0.0, 0.86], title="tokens committed", rangemode="tozero", anchor="x"),
-        barmode="stack", bargap=0.15, template=TEMPLATE, height=400, legend=dict(title=dict(text="phase")),
-        margin=dict(t=120), shapes=shapes))
+        barmode="stack", bargap=0.15, template=TEMPLATE, height=440, margin=dict(t=120, b=110), shapes=shapes,
+        legend=dict(LEGEND_BELOW, title=dict(text="phase"))))
 
 
 def _masked_fraction(counts: np.ndarray, total: int) -> np.ndarray:
@@ -112,7 +112,7 @@ def comparison_figure(traces: list[Trace]) -> go.Figure:
                        "passes. Semi-AR: dotted, with a tick where each block starts."),
         xaxis=dict(title="steps taken (forward passes)", range=[0, steps + 1]),
         yaxis=dict(title="still masked", tickformat=".0%", range=[-0.03, 1.05]),
-        template=TEMPLATE, height=460, hovermode="closest", margin=dict(t=130)))
+        template=TEMPLATE, height=500, hovermode="closest", margin=dict(t=130, b=110), legend=LEGEND_BELOW))
 
 
 def comparison_table(traces: list[Trace]) -> list[dict]:

@@ -8,8 +8,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dico.trace import Trace
-from visuals._common import (CLUSTER_COLOR, CONFIDENCE_AXIS, FRAME, PADDING_COLOR, PHASE_COLORS, SEED_COLOR, TEMPLATE,
-                             UNDER_COLORBAR, Grid, answer_end_line, answer_end_note, axis_ids, block_lines, boxes,
+from visuals._common import (CLUSTER_COLOR, CONFIDENCE_AXIS, FRAME, LEGEND_BELOW, PADDING_COLOR, PHASE_COLORS,
+                             SEED_COLOR, TEMPLATE, Grid, answer_end_line, answer_end_note, axis_ids, block_lines, boxes,
                              check_confidence, cluster_spans, commit_markers, figure, labels, method_name, notice,
                              panel_row, run_name, seed_points, subtitle)
 
@@ -113,7 +113,7 @@ def trajectory_figure(trace: Trace, show_clusters: bool = True, confidence: str 
         title=subtitle(f"{run_name(trace)}: {trace.nfe} steps (NFE) for {trace.gen_length} positions{_status(trace)}",
                        how_to_read(confidence)),
         coloraxis=CONFIDENCE_AXIS, xaxis=position_axis(trace), yaxis=step_axis(trace), template=TEMPLATE,
-        height=HEIGHT, legend=UNDER_COLORBAR, margin=FRAME, shapes=_marks(trace), annotations=answer_end_note(trace)))
+        height=HEIGHT, legend=LEGEND_BELOW, margin=FRAME, shapes=_marks(trace), annotations=answer_end_note(trace)))
 
 
 def trajectories_side_by_side(traces: list[Trace], show_clusters: bool = True, shared_steps: bool = False,
@@ -143,7 +143,7 @@ def trajectories_side_by_side(traces: list[Trace], show_clusters: bool = True, s
                                         "title": STEP_AXIS["title"] if not i else ""}
     shapes = [s for i, t in enumerate(traces) for s in _marks(t, i, shared_steps)]
     return figure(data, dict(layout, title=subtitle("Decoding trajectories side by side", how_to_read(confidence)),
-                             coloraxis=CONFIDENCE_AXIS, template=TEMPLATE, height=HEIGHT, legend=UNDER_COLORBAR,
+                             coloraxis=CONFIDENCE_AXIS, template=TEMPLATE, height=HEIGHT, legend=LEGEND_BELOW,
                              margin={**FRAME, "t": 150}, shapes=shapes))
 
 
@@ -179,5 +179,5 @@ def cluster_figure(trace: Trace) -> go.Figure:
         title=subtitle(f"{run_name(trace)}: seeds and clusters", "Divide picks seed tokens and grows clusters of "
                        "likely-easy positions around them; Conquer decodes clusters in parallel.<br>One box per "
                        "cluster per step (its span after the step); grey background: end-of-text padding."),
-        xaxis=position_axis(trace), yaxis=step_axis(trace), template=TEMPLATE, height=HEIGHT, legend=UNDER_COLORBAR,
+        xaxis=position_axis(trace), yaxis=step_axis(trace), template=TEMPLATE, height=HEIGHT, legend=LEGEND_BELOW,
         margin=FRAME, shapes=shapes, annotations=answer_end_note(trace)))
