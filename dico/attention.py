@@ -3,11 +3,13 @@
 the eager formula softmax(RoPE(q) RoPE(k)^T / sqrt(d)), bidirectional as these models attend, and
 keep only the mean over those layers and all heads, on the model's device.
 
-Memory: besides the model's own activations, one layer's scores for ``HEAD_CHUNK`` heads at a time in
-float32 (twice, for the softmax) plus the running (b, l, l) mean: 2 * HEAD_CHUNK * l^2 * 4 + l^2 * 4 bytes.
-For an 8B model (LLaDA: 32 heads of 128) at a 256-token prompt plus gen 256 (l = 512): 17 MB + 1 MB,
-whatever the number of layers, against about 16 GB of bf16 weights. The loop's stage maps add
-3 * n * (n + 1) float64 (1.6 MB at n = 256).
+Memory (on top of the model's own forward pass), per batch row, for a sequence of l positions, h heads
+of size d: the float32 copies of one layer's rotated queries and keys, about 4 * h * l * d * 4 bytes at the
+peak; the scores of ``HEAD_CHUNK`` heads at a time and their softmax, 2 * HEAD_CHUNK * l^2 * 4 bytes; and the
+running (l, l) float32 mean. Nothing is kept per layer, so the number of hooked layers does not matter.
+For an 8B model (LLaDA-8B: 32 heads of 128) with a 256-token prompt and gen 256 (l = 512): 34 MB + 17 MB
++ 1 MB, about 52 MB (twice that with classifier-free guidance), against 16 GB of bf16 weights. The loop's
+stage maps add 3 * n * (n + 1) float64 on the device (1.6 MB at n = 256).
 """
 from __future__ import annotations
 

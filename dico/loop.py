@@ -110,6 +110,7 @@ class Decoding:
         self.rule = make_rule(method, mode, settings)
         plan(self.rule, gen_length, block_length or gen_length)
         self.sampler = Sampler(self.rule.settings, rank=self.rule.rank)
+        self.stops = predictor.stop_ids()
         if capture_attention and not predictor.supports_attention:
             raise ValueError(f"capture_attention: model {predictor.name!r} does not return attention maps")
         self.predictor = predictor
@@ -153,7 +154,7 @@ class Decoding:
         """Advance by one step given this pass's logits over the whole sequence (l, v), on the model's device."""
         t1 = time.perf_counter()
         conf, pred, margin, rank = self.sampler.score(logits[self.m:self.m + self.n], self.predictor.mask_id,
-                                                      self.predictor.stop_ids())
+                                                      self.stops)
         choice = self.rule.choose(Scores(conf, pred, margin, self.masked, self.window, rank))
         commit = torch.tensor(sorted(set(choice.commit)), dtype=torch.long)
         if commit.numel() == 0 or not self.masked[commit].all():
