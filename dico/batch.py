@@ -29,7 +29,8 @@ _OPTIONS = ("mode", "gen_length", "block_length", "settings", "capture_attention
 
 def decode_batch(predictor: MaskPredictor, prompts: Sequence[str], method: str = "dico", *,
                  batch_size: int = DEFAULT_BATCH_SIZE, **options) -> Generator[tuple[int, object, object], None, list]:
-    """Decode ``prompts`` together, yielding ``(prompt index, trace, step)`` as each row's step is decided.
+    """Decode ``prompts`` together (shortest first), yielding ``(prompt index, trace, step)`` as each row's step
+    is decided.
 
     ``options`` are ``generate``'s (mode, gen_length, block_length, settings, capture_attention, or a
     method setting as a keyword). Every prompt is checked before the first forward pass. The generator
@@ -40,11 +41,11 @@ def decode_batch(predictor: MaskPredictor, prompts: Sequence[str], method: str =
     options = _fold_settings(options)
     mode, gen_length = options.get("mode", NON_AR), options.get("gen_length", DEFAULT_GEN_LENGTH)
     block_length = options.get("block_length", DEFAULT_BLOCK_LENGTH) if mode == SEMI_AR else None
-    for prompt in prompts:                     # fail on a bad prompt before any row has run
-        check_request(predictor, prompt, method, mode, gen_length, block_length)
+    # every prompt checked before any row runs; rows of similar length decode together, so little is padding
+    sizes = [len(check_request(predictor, prompt, method, mode, gen_length, block_length)) for prompt in prompts]
     pad_id = _pad_id(predictor)
     traces: list = [None] * len(prompts)
-    waiting = iter(range(len(prompts)))
+    waiting = iter(sorted(range(len(prompts)), key=sizes.__getitem__))
     active: list[tuple[int, Decoding]] = []
     try:
         while True:
@@ -87,7 +88,7 @@ def generate_batch(predictor: MaskPredictor, prompts: Sequence[str], method: str
 
 
 def _fold_settings(options: dict) -> dict:
-    """Keyword settings (``tau1=0.4``) folded into ``settings``, as ``dico.generate`` accepts them."""
+    """Keyword settings (``threshold=0.9``) folded into ``settings``, as ``dico.generate`` accepts them."""
     loose = {k: v for k, v in options.items() if k not in _OPTIONS}
     kept = {k: v for k, v in options.items() if k in _OPTIONS}
     if loose:

@@ -353,7 +353,7 @@ def main(argv=None) -> int:
         where = machine()
         start = time.time()
         if args.what == ["throughput"]:
-            n_items = args.items or (2 if args.quick else 16)
+            n_items = args.items or (4 if args.quick else 16)
             print(f"throughput: model {predictor.name}, {2 * n_items} prompts, batch sizes "
                   f"{', '.join(map(str, THROUGHPUT_BATCHES))}, on {where}", flush=True)
             rows = throughput(predictor, n_items, gen_length=lengths[0][0], progress=not args.no_progress)

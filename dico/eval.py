@@ -2,8 +2,10 @@
 
     python -m dico.eval --model assets/dico-tiny --method dico --tasks dico_word --limit 16 --batch-size 8
     python -m dico.eval --model GSAI-ML/LLaDA-8B-Instruct --method dico --mode semi-ar --gen-length 256 \\
-        --block-length 32 --tasks gsm8k --settings seeds=4,tau3=3
+        --block-length 32 --tasks gsm8k
+    python -m dico.eval --method fast --settings threshold=0.9 --tasks dico_list --batch-size 8
     accelerate launch -m dico.eval ...       # data-parallel: each process decodes its share, results are gathered
+    accelerate launch --multi_gpu --num_processes 2 -m dico.eval ...    # the same with two CPU processes (gloo)
 
 The paper, LLaDA and Fast-dLLM all report through lm-eval, so results here compare with theirs. Tasks
 ``dico_word`` and ``dico_list`` (``dico/lm_eval_tasks``) hold the held-out items as local JSONL, scored with
@@ -35,7 +37,7 @@ UNSUPPORTED = ("dico: {kind} is not supported: diffusion decoders here only gene
 @register_model("dico")
 class DiCoLM(LM):
     """generate_until with Vanilla, Fast-dLLM or DiCo; ``model_args`` are the model, method, mode, lengths and
-    any setting of the method (``tau1=0.4``), checked before the model loads."""
+    any setting of the method (``threshold=0.9``), checked before the model loads."""
 
     def __init__(self, pretrained: str = "dico-tiny", method: str = "dico", mode: str = NON_AR,
                  gen_length: int = DEFAULT_GEN_LENGTH, block_length: int = DEFAULT_BLOCK_LENGTH, batch_size=1,
@@ -200,7 +202,7 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", default=NON_AR, choices=MODES)
     parser.add_argument("--gen-length", type=int, default=DEFAULT_GEN_LENGTH)
     parser.add_argument("--block-length", type=int, default=DEFAULT_BLOCK_LENGTH, help="semi-AR block length")
-    parser.add_argument("--settings", default="", help="the method's settings, 'tau1=0.4,seeds=4' "
+    parser.add_argument("--settings", default="", help="the method's settings, 'threshold=0.9' "
                         "(python -m dico generate --help lists them)")
     parser.add_argument("--tasks", help="comma-separated: dico_word, dico_list, or any lm-eval task")
     parser.add_argument("--limit", type=int, default=None, help="the first N items of each task")

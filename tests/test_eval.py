@@ -92,7 +92,7 @@ def test_generation_stops_at_the_tasks_stop_strings_and_loglikelihood_is_refused
         lm.loglikelihood([Instance("loglikelihood", {}, ("a", " b"), 0)])
 
 
-@pytest.mark.parametrize("bad, field", [(["--settings", "tau9=1"], "tau9"), (["--mode", "semi-ar",
+@pytest.mark.parametrize("bad, field", [(["--settings", "speed=9"], "speed"), (["--mode", "semi-ar",
                                          "--block-length", "40"], "block_length"), (["--batch-size", "0"], "batch_size")])
 def test_bad_requests_exit_2_naming_the_field(bad, field, capsys):
     assert main(["--tasks", "dico_word", *bad]) == 2
