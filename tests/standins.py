@@ -46,11 +46,15 @@ class FakeTokenizer:
         self.vocab_size, self.mask_token_id, self.eos_token_id = vocab_size, mask_id, eos_id
         self.unk_token_id, self.pad_token_id = UNK_ID, PAD_ID
         self.specials = {PAD_ID: "[PAD]", UNK_ID: "[UNK]", mask_id: "[MASK]", eos_id: "<|endoftext|>"}
-        self.vocab = {text: i for i, text in self.specials.items()}
+        self.named = {text: i for i, text in self.specials.items()}
+
+    def get_vocab(self) -> dict[str, int]:
+        """The named tokens (a slow tokenizer's only view of its vocabulary; there is no ``.vocab``)."""
+        return dict(self.named)
 
     def word_id(self, word: str) -> int:
-        if word in self.vocab:
-            return self.vocab[word]
+        if word in self.named:
+            return self.named[word]
         if re.fullmatch(r"w\d+", word) and int(word[1:]) < self.vocab_size:
             return int(word[1:])
         return FIRST_WORD + zlib.crc32(word.encode()) % (min(self.vocab_size, 1000) - FIRST_WORD)
