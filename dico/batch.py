@@ -62,7 +62,7 @@ def decode_batch(predictor: MaskPredictor, prompts: Sequence[str], method: str =
             mask = (torch.arange(ids.shape[1]) < torch.tensor(lengths)[:, None]).long()    # b, l
             attend = any(run.attention is not None for _, run in active)
             t0 = time.perf_counter()
-            logits, attentions = predictor.forward(ids, attentions=attend, attention_mask=mask)
+            logits, attentions = _forward(predictor, active, ids, mask, attend)
             forward_s = time.perf_counter() - t0
             for row, (index, run) in enumerate(active):
                 own = None if attentions is None else tuple(a[row:row + 1, :, :lengths[row], :lengths[row]]
@@ -85,6 +85,21 @@ def generate_batch(predictor: MaskPredictor, prompts: Sequence[str], method: str
             next(steps)
         except StopIteration as end:
             return end.value
+
+
+def _forward(predictor: MaskPredictor, active, ids: torch.Tensor, mask: torch.Tensor, attend: bool):
+    """One pass for the batch; with classifier-free guidance (rows share their settings), the rows again with
+    each row's own prompt masked, combined as ``Sampler.logits`` combines a single row's two passes."""
+    scale = active[0][1].sampler.settings.cfg_scale
+    if scale == 0:
+        return predictor.forward(ids, attentions=attend, attention_mask=mask)
+    b = ids.shape[0]
+    prompts = torch.arange(ids.shape[1]) < torch.tensor([run.m for _, run in active])[:, None]       # b, l
+    unprompted = ids.masked_fill(prompts, predictor.mask_id)
+    both, maps = predictor.forward(torch.cat([ids, unprompted]), attentions=attend,
+                                   attention_mask=torch.cat([mask, mask]))
+    cond, uncond = both[:b].float(), both[b:].float()
+    return uncond + (scale + 1) * (cond - uncond), (None if maps is None else tuple(a[:b] for a in maps))
 
 
 def _fold_settings(options: dict) -> dict:

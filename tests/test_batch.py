@@ -50,6 +50,13 @@ def test_every_row_of_a_batch_decodes_as_its_prompt_alone(predictor, prompts, me
         assert same_decode(trace) == same_decode(alone)
 
 
+@pytest.mark.parametrize("sampling", [{"temperature": 0.8, "random_seed": 3}, {"cfg_scale": 1.0}])
+def test_sampling_and_guidance_decode_each_row_as_alone(predictor, prompts, sampling):
+    batched = generate_batch(predictor, prompts, "fast", batch_size=3, gen_length=GEN, **sampling)
+    for prompt, trace in zip(prompts, batched):
+        assert same_decode(trace) == same_decode(dico.generate(predictor, prompt, "fast", gen_length=GEN, **sampling))
+
+
 def test_settings_reach_every_row_as_keywords(predictor, prompts):
     loose = generate_batch(predictor, prompts[:2], "fast", batch_size=2, gen_length=GEN, threshold=0.5)
     packed = generate_batch(predictor, prompts[:2], "fast", batch_size=2, gen_length=GEN,
