@@ -30,6 +30,13 @@ def _config_value(config, *names, default=None):
     return default
 
 
+def _source(site: nn.Module, which: str) -> nn.Module:
+    """Where a site's queries (keys) are final before RoPE: its ``q_norm`` (``k_norm``) when it has one (LLaDA's
+    ``attention_layer_norm``), else its projection."""
+    norm = getattr(site, f"{which}_norm", None)
+    return norm if isinstance(norm, nn.Module) else getattr(site, f"{which}_proj")
+
+
 class AttentionHooks:
     """Recomputes attention in every module that owns a ``q_proj`` and a ``k_proj`` (LLaDA's blocks,
     Dream's / Qwen2's attention), or in the chosen ``layers`` of them (indices in model order)."""
@@ -69,8 +76,8 @@ class AttentionHooks:
         self.total, self.layers_seen, self._pending, self._key_mask = None, 0, {}, key_mask
         handles = []
         for site in self.sites:
-            handles.append(site.q_proj.register_forward_hook(self._hook(site, "q")))
-            handles.append(site.k_proj.register_forward_hook(self._hook(site, "k")))
+            handles.append(_source(site, "q").register_forward_hook(self._hook(site, "q")))
+            handles.append(_source(site, "k").register_forward_hook(self._hook(site, "k")))
         try:
             yield self
         finally:
@@ -95,7 +102,7 @@ class AttentionHooks:
         return keep
 
     def _add(self, q: torch.Tensor, k: torch.Tensor) -> None:
-        b, l, _ = q.shape
+        b, l = q.shape[:2]                  # (b, l, h * d) from a projection, or (b, l, h, d) from a per-head norm
         d = self.head_dim
         q = self._rope(q.reshape(b, l, self.heads, d).transpose(1, 2).float())             # b, h, l, d
         k = self._rope(k.reshape(b, l, self.kv_heads, d).transpose(1, 2).float())          # b, kv, l, d

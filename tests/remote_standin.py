@@ -5,7 +5,7 @@ Dream's own code is. Written for these tests (not their code), with the same int
 - ``DreamStandin``: ``model_type`` "Dream", projections under ``self_attn`` (Qwen2 style), logits shifted by
   one (raw ``logits[i]`` predicts position i + 1) and a 4-D boolean attention mask;
 - both bidirectional with rotary positions, ignoring ``output_attentions`` (SDPA-only code), with the mask
-  id in the config, and pushing the end-of-text token ``end_token_id`` at the last ``end_positions``
+  id in the config, optional query/key layer norms (``qk_norm``), and pushing the end-of-text token ``end_token_id`` at the last ``end_positions``
   positions, so a decode ends there. ``keep_probs`` keeps each layer's attention for the hooks' test.
 """
 import json
@@ -20,12 +20,12 @@ from transformers.modeling_outputs import MaskedLMOutput
 class StandinConfig(PretrainedConfig):
     def __init__(self, vocab_size=64, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
                  num_hidden_layers=2, rope_theta=10000.0, max_position_embeddings=96, mask_token_id=None,
-                 end_token_id=None, end_positions=3, keep_probs=False, **kwargs):
+                 end_token_id=None, end_positions=3, keep_probs=False, qk_norm=False, **kwargs):
         self.vocab_size, self.hidden_size, self.num_hidden_layers = vocab_size, hidden_size, num_hidden_layers
         self.num_attention_heads, self.num_key_value_heads = num_attention_heads, num_key_value_heads
         self.rope_theta, self.max_position_embeddings = rope_theta, max_position_embeddings
         self.mask_token_id, self.end_token_id, self.end_positions = mask_token_id, end_token_id, end_positions
-        self.keep_probs = keep_probs
+        self.keep_probs, self.qk_norm = keep_probs, qk_norm
         super().__init__(**kwargs)
 
 
@@ -55,12 +55,17 @@ def add_projections(module, config):
     module.v_proj = nn.Linear(width, kv * module.d, bias=False)
     module.o_proj = nn.Linear(h * module.d, width, bias=False)
     module.keep, module.probs = config.keep_probs, None
+    if config.qk_norm:            # LLaDA's attention_layer_norm: queries and keys normalised before RoPE
+        module.q_norm, module.k_norm = nn.LayerNorm(h * module.d), nn.LayerNorm(kv * module.d)
 
 
 def attend(module, x, key_mask):
     b, l, _ = x.shape
-    q = rotary(module.q_proj(x).view(b, l, module.h, module.d).transpose(1, 2), module.theta)
-    k = rotary(module.k_proj(x).view(b, l, module.kv, module.d).transpose(1, 2), module.theta)
+    q, k = module.q_proj(x), module.k_proj(x)
+    if hasattr(module, "q_norm"):
+        q, k = module.q_norm(q), module.k_norm(k)
+    q = rotary(q.view(b, l, module.h, module.d).transpose(1, 2), module.theta)
+    k = rotary(k.view(b, l, module.kv, module.d).transpose(1, 2), module.theta)
     v = module.v_proj(x).view(b, l, module.kv, module.d).transpose(1, 2)
     k, v = k.repeat_interleave(module.h // module.kv, 1), v.repeat_interleave(module.h // module.kv, 1)
     scores = q @ k.transpose(-1, -2) / module.d ** 0.5

@@ -250,10 +250,11 @@ def test_remote_code_models_decode_with_every_method_stop_at_their_end_token_and
         assert trace.attention is not None and len(trace.attention.matrix) == 3
 
 
-@pytest.mark.parametrize("kind", ["llada", "dream"])
-def test_the_hooks_recompute_the_attention_the_model_computed(tmp_path, kind):
+@pytest.mark.parametrize("kind, qk_norm", [("llada", False), ("llada", True), ("dream", False)])
+def test_the_hooks_recompute_the_attention_the_model_computed(tmp_path, kind, qk_norm):
     from standins import remote_model_folder
-    p = load_model(remote_model_folder(tmp_path / "m", kind, keep_probs=True), trust_remote_code=True)
+    folder = remote_model_folder(tmp_path / "m", kind, keep_probs=True, qk_norm=qk_norm)
+    p = load_model(folder, trust_remote_code=True)
     ids = torch.tensor([p.encode_prompt("w1 w2 w3") + [p.mask_id] * 5])
     _, maps = p.forward(ids, attentions=True)
     sites = [getattr(block, "self_attn", block) for block in p.model.blocks]
