@@ -35,16 +35,21 @@ class Sampler:
     rank: str | None = None
     _generator: torch.Generator | None = field(default=None, repr=False)
 
-    def logits(self, predictor, ids: torch.Tensor, prompt_length: int, attentions: bool = False):
+    def logits(self, predictor, ids: torch.Tensor, prompt_length, attentions: bool = False,
+               attention_mask: torch.Tensor | None = None):
         """This step's logits (b, l, v) on the model's device; with ``cfg_scale``, LLaDA's unsupervised
-        classifier-free guidance: u + (s + 1)(c - u), u from the same ids with the prompt masked."""
+        classifier-free guidance: u + (s + 1)(c - u), u from the same ids with the prompt masked.
+        ``prompt_length`` is one length or one per row (a batch); ``attention_mask`` is the model's (b, l)."""
         scale = self.settings.cfg_scale
         if scale == 0:
-            return predictor.forward(ids, attentions=attentions)
+            return predictor.forward(ids, attentions=attentions, attention_mask=attention_mask)
         b = ids.shape[0]
+        lengths = [prompt_length] * b if isinstance(prompt_length, int) else list(prompt_length)
         unprompted = ids.clone()
-        unprompted[:, :prompt_length] = predictor.mask_id
-        both, maps = predictor.forward(torch.cat([ids, unprompted]), attentions=attentions)
+        for row, m in enumerate(lengths):
+            unprompted[row, :m] = predictor.mask_id
+        mask = None if attention_mask is None else torch.cat([attention_mask, attention_mask])
+        both, maps = predictor.forward(torch.cat([ids, unprompted]), attentions=attentions, attention_mask=mask)
         cond, uncond = both[:b].float(), both[b:].float()
         return uncond + (scale + 1) * (cond - uncond), (None if maps is None else tuple(a[:b] for a in maps))
 
