@@ -43,6 +43,11 @@ def test_a_missing_folder_is_refused(tmp_path):
         load_model("no-such-model")
 
 
+def test_a_hub_model_that_cannot_be_fetched_is_a_model_error():
+    with pytest.raises(ModelError, match=r"^model: cannot load 'nobody/no-such-model' .*network access"):
+        load_model("nobody/no-such-model")                   # offline here: the config cannot be fetched
+
+
 def test_a_folder_without_config_json_is_refused(tmp_path):
     (tmp_path / "weights.bin").write_bytes(b"")
     with pytest.raises(ModelError, match=r"^model: .* has no config\.json"):
