@@ -7,7 +7,7 @@ the accelerator; like CUDA it refuses to mix with a CPU tensor of one or more di
 decode on the emulated accelerator must give exactly the text of the same decode on the CPU.
 
     with accelerator():
-        predictor = on_accelerator(dico.load_model(dtype="float32"))
+        predictor = dico.load_model(device="cuda")
         trace = dico.generate(predictor, "...", "dico")
 """
 from __future__ import annotations
@@ -115,10 +115,3 @@ def accelerator():
     finally:
         torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
         dico.sampling.generator_for = original
-
-
-def on_accelerator(predictor):
-    """``predictor`` moved to the emulated accelerator (call inside ``accelerator()``)."""
-    predictor.model.to(DEVICE)
-    predictor.device = DEVICE
-    return predictor

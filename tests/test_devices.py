@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import dico
-from accelerator import DEVICE, TRANSFERS, OnAccelerator, accelerator, on_accelerator
+from accelerator import DEVICE, TRANSFERS, OnAccelerator, accelerator
 from dico.models import default_device_dtype
 from standins import remote_model_folder
 
@@ -32,7 +32,7 @@ def cpu():
 @pytest.fixture(scope="module")
 def gpu():
     with accelerator():
-        return on_accelerator(dico.load_model(dtype="float32"))
+        return dico.load_model(device="cuda", dtype="float32")      # float32, to compare with the CPU exactly
 
 
 def decode_both(cpu, gpu, method, mode="non-ar", prompt=PROMPT, **options):
@@ -73,7 +73,7 @@ def test_every_method_and_mode_decodes_as_on_the_cpu_with_attention_maps(cpu, gp
     want, got = decode_both(cpu, gpu, method, mode, capture_attention=True)
     assert commits(got) == commits(want) and got.text == want.text
     assert got.attention.matrix == want.attention.matrix
-    assert got.device == "cuda:0" and want.device == "cpu"
+    assert got.device == "cuda" and want.device == "cpu"
 
 
 @pytest.mark.parametrize("method, options", [
@@ -110,7 +110,7 @@ def test_remote_code_models_decode_and_give_attention_on_the_accelerator(tmp_pat
     folder = remote_model_folder(tmp_path / f"{kind}-standin", kind)
     cpu = dico.load_model(folder, trust_remote_code=True)
     with accelerator():
-        gpu = on_accelerator(dico.load_model(folder, trust_remote_code=True))
+        gpu = dico.load_model(folder, trust_remote_code=True, device="cuda", dtype="float32")
     for method in ("vanilla", "dico"):
         want = dico.generate(cpu, "w1 w2 w3", method, gen_length=12, capture_attention=True)
         with accelerator():
@@ -120,6 +120,14 @@ def test_remote_code_models_decode_and_give_attention_on_the_accelerator(tmp_pat
 
 
 # ============================================================================ device and dtype defaults
+
+def test_a_model_loaded_on_the_accelerator_runs_in_bfloat16_by_default_and_decodes():
+    with accelerator():
+        p = dico.load_model(device="cuda")
+        trace = dico.generate(p, PROMPT, "dico", **RUN, capture_attention=True)
+    assert p.dtype == torch.bfloat16 == next(p.model.parameters()).dtype
+    assert trace.nfe >= 1 and trace.text and trace.attention is not None
+
 
 def test_cuda_defaults_to_bfloat16_the_cpu_to_float32_and_both_can_be_chosen():
     assert default_device_dtype("cuda") == (torch.device("cuda"), torch.bfloat16)
