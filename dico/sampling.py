@@ -84,11 +84,8 @@ class Sampler:
 
     # ------------------------------------------------------------------------------------------ sampling
     def _filtered(self, x: torch.Tensor) -> torch.Tensor:
-        """Dream's filters on (tempered) logits: top-k, then top-p (nucleus); dropped tokens get -inf."""
+        """Dream's filters on (tempered) logits, in its order: top-p (nucleus), then top-k; dropped tokens get -inf."""
         cfg = self.settings
-        if 0 < cfg.top_k < x.shape[1]:
-            kth = x.topk(cfg.top_k, dim=-1).values[:, -1:]
-            x = x.masked_fill(x < kth, -torch.inf)
         if cfg.top_p < 1:
             ordered, order = x.sort(dim=-1, descending=True)
             cumulative = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
@@ -96,6 +93,9 @@ class Sampler:
             drop[:, 1:] = drop[:, :-1].clone()                                 # keep the token that crosses top_p
             drop[:, 0] = False
             x = x.masked_fill(drop.scatter(1, order, drop), -torch.inf)
+        if 0 < cfg.top_k < x.shape[1]:
+            kth = x.topk(cfg.top_k, dim=-1).values[:, -1:]
+            x = x.masked_fill(x < kth, -torch.inf)
         return x
 
     def _sample(self, x: torch.Tensor) -> torch.Tensor:

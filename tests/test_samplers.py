@@ -115,6 +115,20 @@ def test_a_small_top_p_keeps_only_the_most_likely_token():
     assert sampled.response == greedy.response
 
 
+def test_top_p_then_top_k_limit_the_tokens_a_temperature_samples():
+    from dico.sampling import Sampler
+    from dico.settings import SamplingSettings
+
+    logits = torch.tensor([0.4, 0.3, 0.2, 0.1]).log().repeat(2000, 1)         # 2000 draws from one distribution
+
+    def support(**options):
+        return set(Sampler(SamplingSettings(temperature=1.0, **options)).score(logits)[1].tolist())
+    assert support() == {0, 1, 2, 3}
+    assert support(top_p=0.5) == {0, 1}                 # 0.4 < 0.5: the token that crosses top_p stays
+    assert support(top_p=0.8) == {0, 1, 2}
+    assert support(top_p=0.8, top_k=2) == {0, 1}
+
+
 def test_confidence_stays_the_models_probability_of_the_sampled_token():
     trace = dico.generate(predictor(6), PROMPT, "vanilla", gen_length=8, temperature=1.0, random_seed=1)
     first = trace.steps[0]
