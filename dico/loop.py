@@ -220,7 +220,7 @@ def decode(predictor: MaskPredictor, prompt: str, method: str = "dico", **option
     """Decode ``prompt`` one step at a time, yielding ``(trace, step)`` as each step is decided.
 
     ``options`` are ``Decoding``'s (mode, gen_length, block_length, settings, capture_attention) plus any
-    setting of the method as a keyword (``temperature=0.7``). The generator returns the finished trace; closing
+    setting of the method as a keyword (``name=value``). The generator returns the finished trace; closing
     it early finishes the partial trace with ``stopped=True`` (the caller still holds it).
     """
     run = Decoding(predictor, prompt, method, **_split_settings(method, options))
@@ -248,7 +248,7 @@ _OPTIONS = ("mode", "gen_length", "block_length", "settings", "capture_attention
 
 
 def _split_settings(method: str, options: dict) -> dict:
-    """Keyword settings (``temperature=0.7``) folded into ``settings``, so both spellings reach the rule."""
+    """Keyword settings (``name=value``) folded into ``settings``, so both spellings reach the rule."""
     loose = {k: v for k, v in options.items() if k not in _OPTIONS}
     kept = {k: v for k, v in options.items() if k in _OPTIONS}
     if loose:

@@ -128,7 +128,7 @@ class Vanilla:
             count = int(masked * share)
         values = {"low_confidence": s.conf, "random": torch.rand(s.conf.shape, generator=self._random)}.get(
             remasking, s.rank)
-        return Choice(top_k(values, cand, max(1, min(count, masked))), "vanilla")
+        return Choice(top_ranked(values, cand, max(1, min(count, masked))), "vanilla")
 
     @staticmethod
     def _dream_share(i: int, steps: int) -> float:
@@ -144,7 +144,7 @@ class Vanilla:
         return picked or top1(-draw, cand)
 
 
-def top_k(values: torch.Tensor, allowed: torch.Tensor, k: int) -> list[int]:
+def top_ranked(values: torch.Tensor, allowed: torch.Tensor, k: int) -> list[int]:
     """The k allowed positions with the highest values; ties go to the lower position."""
     if k == 1:
         return top1(values, allowed)
