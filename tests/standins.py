@@ -7,6 +7,8 @@
   ``marker + i``, to check how ``MaskPredictor`` aligns them (Dream's shift by one, LLaDA in place).
 - ``tiny_model_folder(path)``: a real, tiny ``BertForMaskedLM`` + ``dico.train.build_tokenizer`` saved like a
   hub model, for ``load_model`` and the command line.
+- ``scores``, ``rule``, ``run``, ``phases``: a rule's input by hand, a rule by its settings, a scripted decode
+  (every forward pass must become a step) and its phases, for the rule tests.
 - ``remote_model_folder(path, kind)``: a LLaDA- or Dream-shaped model folder with its own code
   (``tests/remote_standin.py``), its mask id in the config and a chat template, for ``trust_remote_code``.
 """
@@ -338,3 +340,38 @@ def remote_model_folder(path: Path, kind: str, seed: int = 0, **config) -> Path:
     saved["auto_map"] = {"AutoConfig": f"modeling_standin.{names[0]}", "AutoModel": f"modeling_standin.{names[1]}"}
     (path / "config.json").write_text(json.dumps(saved))
     return path
+
+
+# ---------------------------------------------------------------------------- driving rules
+
+RULE_PROMPT = "w20 w21 w22"
+
+
+def scores(conf, *, decoded=(), window=None, margin=None):
+    """Scores over len(conf) response positions; ``decoded`` positions are no longer masked."""
+    from dico.rules import Scores
+    n = len(conf)
+    masked = torch.ones(n, dtype=torch.bool)
+    masked[list(decoded)] = False
+    margin = torch.zeros(n) if margin is None else torch.tensor(margin, dtype=torch.float32)
+    return Scores(conf=torch.tensor(conf, dtype=torch.float32), pred=torch.arange(n) + 10, margin=margin,
+                  masked=masked, window=window or (0, n))
+
+
+def rule(method: str, mode: str = "non-ar", **settings):
+    """A rule with its settings as keywords."""
+    from dico.rules import make_rule
+    return make_rule(method, mode, settings)
+
+
+def run(script, n: int, *, then=None, method: str = "dico", mode: str = "non-ar", block_length: int | None = None,
+        **settings) -> dico.Trace:
+    """Decode with a scripted predictor; every forward pass must become a step (no pass thrown away)."""
+    predictor = scripted(script, n, then=then)
+    trace = dico.generate(predictor, RULE_PROMPT, method, mode=mode, gen_length=n, block_length=block_length, **settings)
+    assert len(predictor.model.calls) == trace.nfe == len(trace.steps)
+    return trace
+
+
+def phases(trace: dico.Trace) -> list[str]:
+    return [step.phase for step in trace.steps]
