@@ -189,8 +189,12 @@ def _session(request) -> str:
 def _stream(request, make_request):
     """Clear the page, check the request, stream the race, then draw everything from the traces."""
     yield cleared("Checking the request…")
-    req = make_request()
-    predictor, warnings, outside = check(req)
+    try:
+        req = make_request()
+        predictor, warnings, outside = check(req)
+    except ValueError as exc:        # said in the status too, where the eye is after pressing Run
+        yield (f"**Cannot run**: {clean(exc)}",) + tuple(gr.skip() for _ in RESULTS[1:])
+        raise
     for warning in warnings:
         gr.Warning(clean(warning))
     session = _session(request)
@@ -202,7 +206,7 @@ def _stream(request, make_request):
     frame = None
     try:
         for frame in decode_race(req, session):
-            _live[session] = frame
+            _live[session] = frame, token_text, outside
             if frame.finished or time.perf_counter() - shown < STREAM_INTERVAL:
                 continue
             shown = time.perf_counter()
@@ -248,13 +252,16 @@ def stop(request: gr.Request):
     event's ``cancels``); the status says where it stopped, the partial answers stay on screen."""
     session = _session(request)
     _stops[session] = True
-    frame = _live.get(session)
-    if frame is None:
-        return "Stopped."
+    if session not in _live:
+        return "Stopped.", gr.skip()
+    frame, token_text, outside = _live[session]
     done = [f"{render.label(lane.method)} finished at step {lane.k + 1}" for lane in frame.lanes
             if lane.state == "done"]
-    return f"Stopped at step {frame.round}." + (" " + "; ".join(done) + "." if done else "") + \
-        " The partial answers stay on screen; press Run to start again."
+    lanes = [(lane.trace, lane.k, "stopped" if lane.state == "decoding" else lane.state) for lane in frame.lanes
+             if lane.trace is not None]
+    return (f"Stopped at step {frame.round}." + (" " + "; ".join(done) + "." if done else "")
+            + " The partial answers stay on screen; press Run to start again.",
+            render.lanes_html(lanes, token_text, banner(outside)))
 
 
 # ============================================================================ replays, step view, models

@@ -136,8 +136,8 @@ def test_stop_ends_the_race_with_partial_answers_and_run_starts_again(app_module
     next(stream)                                     # cleared
     first_live = next(stream)
     assert "decoding…" in first_live[R["answers"]]
-    said = h.stop(Session("stopper"))
-    assert said.startswith("Stopped at step")
+    said, partial = h.stop(Session("stopper"))
+    assert said.startswith("Stopped at step") and lanes(partial) == 3 and "decoding…" not in partial
     *_, last = stream
     result = dict(zip(h.RESULTS, last))
     assert result["status"].startswith("Stopped at step")
@@ -149,6 +149,7 @@ def test_stop_ends_the_race_with_partial_answers_and_run_starts_again(app_module
 def test_bad_input_is_a_message_naming_the_field_and_clears_old_results(app_module, predictor, caplog):
     stream = run(prompt="   ")
     assert next(stream)[R["traces"]] == []
+    assert next(stream)[R["status"]].startswith("**Cannot run**: prompt")
     with pytest.raises(gr.Error, match="prompt"):
         next(stream)
     for group, spec in CONTROLS:

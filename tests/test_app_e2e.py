@@ -1,7 +1,6 @@
-"""The page in a real browser (Playwright + Debian chromium): run an example, read the figures, step through the
-run, download the traces and replay them; no console errors and no request beyond 127.0.0.1."""
-import json
-import re
+"""The page in a real browser (Playwright + Debian chromium): the first impression, the race with its coloured
+stream, Stop then Run, the phone width, messages for bad input, the replay of the race. Screenshots go to
+tests/artifacts/; no console errors and no request beyond 127.0.0.1."""
 from urllib.parse import urlparse
 
 import pytest
@@ -11,135 +10,131 @@ from playwright.sync_api import expect  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 expect.set_options(timeout=30_000)   # plotly renders after the data arrives; slow on a busy 2-core machine
-LONG = 180_000     # ms: the first run may also load the model, and CI machines can be busy
+LONG = 180_000     # ms: CI machines can be busy
+LIST_EXAMPLE = 4   # "Here is a list: 4, 9, 13. ..." in assets/examples.json
 
 
-@pytest.fixture
-def watched_page(page, app_url):
-    """The app's page with every console error, page error and off-host request recorded."""
+def watch(page, app_url, width=1400, height=1000):
     problems = {"console": [], "outside": []}
     page.on("console", lambda m: problems["console"].append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: problems["console"].append(str(e)))
     page.on("request", lambda r: problems["outside"].append(r.url)
             if urlparse(r.url).hostname not in ("127.0.0.1", None) and not r.url.startswith(("data:", "blob:"))
             else None)
-    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.set_viewport_size({"width": width, "height": height})
     page.goto(app_url, timeout=120_000)
     expect(page.locator("#run")).to_be_visible(timeout=120_000)
-    yield page, problems
+    return problems
+
+
+@pytest.fixture
+def watched_page(page, app_url):
+    """The app's page with every console error, page error and off-host request recorded."""
+    problems = watch(page, app_url)
+    yield page
     assert problems["outside"] == [], f"requests left 127.0.0.1: {problems['outside']}"
     assert problems["console"] == [], f"console errors: {problems['console']}"
 
 
-def set_number(page, elem_id, value):
-    box = page.locator(f"#{elem_id} input[type=number]")
+def lanes(page):
+    return page.locator("#answers .lane")
+
+
+def set_gen_length(page, value):
+    box = page.locator("#gen-length input")
     box.fill(str(value))
-    box.press("Enter")
-    expect(page.locator(f"#{elem_id} input[type=range]")).to_have_value(str(value))
+    box.press("Tab")
 
 
-def plot(page, elem_id):
-    return page.locator(f"#{elem_id} .js-plotly-plot")
-
-
-def fills_its_box(page, elem_id):
-    """The plot spans its component (plots drawn in a hidden tab must be resized when the tab opens)."""
-    page.wait_for_function("""id => { const box = document.getElementById(id);
-        const svg = box && box.querySelector('.main-svg');
-        return !!svg && svg.getBoundingClientRect().width > 0.9 * box.getBoundingClientRect().width; }""",
-                           arg=elem_id, timeout=15_000)
-
-
-def test_run_step_download_and_replay(watched_page, artifacts, tmp_path):
-    page, _ = watched_page
+def test_the_page_opens_on_a_finished_example_run(watched_page, artifacts):
+    page = watched_page
     expect(page).to_have_title("DiCo Explorer")
-
-    # Run the first example with the default methods (Vanilla, Fast-dLLM, DiCo), 48 positions to keep it quick.
-    page.locator("#examples .gallery-item").first.click()
+    expect(lanes(page)).to_have_count(3)
+    expect(page.locator("#status")).to_contain_text("finished example run")
     expect(page.locator("#prompt textarea")).not_to_have_value("")
-    set_number(page, "gen-length", 48)
-    page.click("#run")
+    for plot in ("trajectory-plot", "phase-plot", "cluster-plot"):
+        expect(page.locator(f"#{plot} .js-plotly-plot")).to_be_visible()
+    expect(lanes(page).first).to_contain_text("answer complete at step")
+    page.screenshot(path=str(artifacts / "first-impression.png"), full_page=True)
+
+
+def test_the_race_streams_confidence_coloured_answers_side_by_side(watched_page, artifacts):
+    page = watched_page
+    page.locator("#examples .gallery-item").nth(LIST_EXAMPLE).click()
+    set_gen_length(page, 96)
+    page.locator("#run").click()
+    # While decoding: masked placeholders shaded by confidence, coloured commits, this step's commits outlined.
+    page.wait_for_function("""() => { const a = document.querySelector('#answers');
+        return a && a.querySelector('.lane .live') && a.querySelector('.tok.mask') && a.querySelector('.tok.new')
+               && a.querySelectorAll('.lane').length === 3; }""", timeout=LONG, polling=20)
+    page.locator("#answers").screenshot(path=str(artifacts / "race-live.png"))
     expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
-    for method in ("Vanilla", "Fast-dLLM", "DiCo"):
-        expect(page.locator("#answers")).to_contain_text(method)
-
-    expect(plot(page, "trajectory-plot")).to_be_visible()
-    expect(plot(page, "phase-plot")).to_be_visible()
-    page.wait_for_timeout(500)
-    page.screenshot(path=str(artifacts / "results.png"), full_page=True)
-
-    page.get_by_role("tab", name="Comparison").click()
-    expect(plot(page, "masked-plot")).to_be_visible()
-    expect(plot(page, "side-by-side-plot")).to_be_visible()
-    fills_its_box(page, "masked-plot")
-    fills_its_box(page, "side-by-side-plot")
-    expect(page.locator("#comparison-table")).to_contain_text("DiCo")
-    page.wait_for_timeout(300)
-    page.screenshot(path=str(artifacts / "results-comparison.png"), full_page=True)
-
-    # The step view follows the slider.
-    page.get_by_role("tab", name="Step by step").click()
-    expect(plot(page, "step-plot")).to_be_visible()
-    fills_its_box(page, "step-plot")
-    expect(page.locator("#step-text")).to_contain_text("Step 0")
-    before = page.locator("#step-plot .gtitle").first.text_content()
-    set_number(page, "step-slider", 2)
-    expect(page.locator("#step-text")).to_contain_text("Step 2", timeout=15_000)
-    expect(page.locator("#step-plot .gtitle").first).not_to_have_text(before, timeout=15_000)
-    page.click("#play")                                     # Play steps on by itself; Pause stops it
-    expect(page.locator("#play")).to_contain_text("Pause")
-    expect(page.locator("#step-text")).to_contain_text("Step 3", timeout=15_000)
-    page.click("#play")
-    expect(page.locator("#play")).to_contain_text("Play")
-    page.screenshot(path=str(artifacts / "results-step.png"), full_page=True)
-
-    # Download the traces of the run, upload them again: the figures come back without a model.
-    with page.expect_download() as download_info:
-        page.click("#download")
-    saved = tmp_path / download_info.value.suggested_filename
-    download_info.value.save_as(saved)
-    bundle = json.loads(saved.read_text())
-    assert bundle["schema"] == "dico-bundle/1"
-    assert [t["method"] for t in bundle["traces"]] == ["vanilla", "fast", "dico"]
-
-    # The shipped benchmark: accuracy against forward passes, and its table.
-    page.get_by_role("tab", name="Benchmark").click()
-    expect(plot(page, "bench-plot")).to_be_visible()
-    fills_its_box(page, "bench-plot")
-    expect(page.locator("#bench-table")).to_contain_text("Fast-dLLM")
-    page.screenshot(path=str(artifacts / "results-benchmark.png"), full_page=True)
-
-    page.get_by_role("tab", name="DiCo trajectory").click()
-    with page.expect_file_chooser() as chooser:
-        page.click("#upload")
-    chooser.value.set_files(str(saved))
-    expect(page.locator("#status")).to_contain_text("Replayed 3 trace(s)", timeout=30_000)
-    expect(plot(page, "trajectory-plot")).to_be_visible()
-    expect(page.locator("#answers")).to_contain_text("DiCo")
+    expect(lanes(page)).to_have_count(3)
+    for i in range(3):
+        expect(lanes(page).nth(i)).to_contain_text("answer complete at step")
+    colours = page.locator("#answers .lane .tok:not(.mask):not(.pad)").first.evaluate(
+        "t => getComputedStyle(t).backgroundColor")
+    assert colours not in ("", "rgba(0, 0, 0, 0)")
+    expect(page.locator("#answers .tok.pad").first).to_be_visible()
+    page.locator("#answers").screenshot(path=str(artifacts / "race-done.png"))
 
 
-def test_bad_input_shows_a_message_and_the_page_keeps_working(watched_page):
-    page, problems = watched_page
-    page.click("#run")                                      # empty prompt
-    expect(page.get_by_text(re.compile("prompt: is empty"))).to_be_visible(timeout=30_000)
-    page.locator("#prompt textarea").fill("Here is a list: 2, 4, 6. Add 5 to each number.")
-    page.locator("#methods").get_by_label("Vanilla").uncheck()
-    page.locator("#methods").get_by_label("Fast-dLLM", exact=True).uncheck()
-    page.click("#run")
+def test_stop_keeps_the_partial_answers_and_run_starts_again(watched_page, artifacts):
+    page = watched_page
+    page.locator("#examples .gallery-item").nth(LIST_EXAMPLE).click()
+    set_gen_length(page, 256)
+    page.locator("#run").click()
+    expect(page.locator("#answers .lane .live").first).to_be_visible(timeout=LONG)
+    page.locator("#stop").click()
+    expect(page.locator("#status")).to_contain_text("Stopped at step", timeout=LONG)
+    expect(lanes(page)).to_have_count(3)
+    expect(page.locator("#answers")).to_contain_text("stopped at step")
+    expect(page.locator("#answers .live")).to_have_count(0)
+    page.screenshot(path=str(artifacts / "stopped.png"))
+    set_gen_length(page, 16)
+    page.locator("#run").click()
     expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
-    # gr.Error's modal is an expected message, not a console error; only real errors fail the test
-    problems["console"] = [m for m in problems["console"] if "prompt: is empty" not in m]
+    expect(lanes(page)).to_have_count(3)
 
 
-def test_stop_ends_a_long_run_early(watched_page):
-    page, _ = watched_page
-    page.locator("#prompt textarea").fill("Tom has 5 apples. He buys 3 more apples. How many apples does Tom have now?")
-    for name in ("Fast-dLLM", "DiCo"):
-        page.locator("#methods").get_by_label(name, exact=True).uncheck()
-    set_number(page, "gen-length", 256)
-    page.click("#run")
-    expect(page.locator("#status")).to_contain_text("Vanilla: step", timeout=LONG)
-    page.click("#stop")
-    expect(page.locator("#status")).to_contain_text("Stopped", timeout=30_000)
-    expect(page.locator("#answers")).to_contain_text("stopped early")
-    expect(plot(page, "trajectory-plot")).to_be_visible()
+def test_the_page_reads_at_phone_width(page, app_url, artifacts):
+    problems = watch(page, app_url, width=390, height=844)
+    expect(lanes(page)).to_have_count(3)
+    overflow = page.evaluate("() => document.documentElement.scrollWidth")
+    assert overflow <= 392, f"the page is {overflow} px wide at a 390 px viewport"
+    page.screenshot(path=str(artifacts / "phone-top.png"))
+    lanes(page).first.scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts / "phone-race.png"))
+    box = lanes(page).first.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= 392
+    assert problems["console"] == [] and problems["outside"] == []
+
+
+def test_bad_values_get_a_clear_message_and_toasts_keep_their_direction(watched_page, artifacts):
+    page = watched_page
+    page.locator("#settings").click()
+    box = page.locator("#settings input[type=number]").first
+    box.fill("-5")
+    page.locator("#run").click()
+    expect(page.locator(".toast-body").first).to_contain_text("must be", timeout=LONG)
+    expect(page.locator("#status")).to_contain_text("Cannot run")
+    page.screenshot(path=str(artifacts / "bad-value.png"))
+    expect(page.locator("#answers .lane")).to_have_count(0)          # the error cleared the old results
+    box.fill("0")
+    page.locator("#prompt textarea").fill("Tom has 5 \u202eapples zzqx. How many apples does Tom have now?")
+    set_gen_length(page, 8)
+    page.locator("#run").click()
+    toast = page.locator(".toast-body", has_text="zzqx")
+    expect(toast).to_be_visible(timeout=LONG)
+    assert "\u202e" not in toast.inner_text()
+    expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
+
+
+def test_replay_the_race_from_the_traces_on_screen(watched_page):
+    page = watched_page
+    expect(lanes(page)).to_have_count(3)
+    page.locator("#speed input").fill("50")
+    page.locator("#replay-race").click()
+    expect(page.locator("#status")).to_contain_text("Replaying the race", timeout=LONG)
+    expect(page.locator("#status")).to_contain_text("(end)", timeout=LONG)
+    expect(lanes(page)).to_have_count(3)
