@@ -1,6 +1,6 @@
 """Benchmark: the paper's Table 1 and ablations, at small scale, on the embedded model.
 
-    python -m dico.bench                      # Table 1: every method x mode x family, gen 96/32 and 256/128
+    python -m dico.bench --jobs 2             # Table 1: every method x mode x family, gen 96/32 and 256/128
     python -m dico.bench --quick              # 4 items per family at gen 96 only, about a minute on 2 cores
     python -m dico.bench ablation tg          # DiCo with and without trajectory guidance (dico.settings.ABLATIONS)
     python -m dico.bench ablation margin      # Finalize with and without the logit margin
@@ -12,7 +12,8 @@
 
 Every speed-up is measured against Vanilla in the same run, on the same items and at the same batch size
 (NFE, answer NFE and wall-clock tokens/s ratios), never against a number from another run. Items are
-decoded in batches (``dico.batch``), which commit exactly what decoding each item alone commits.
+decoded in batches (``dico.batch``), which commit exactly what decoding each item alone commits; with
+``--jobs N`` each (family, length) part runs in its own process, Vanilla included, so ratios stay within one.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dico import tasks
+from dico.bench_tables import (README_MARKERS, README_RESULTS, ROW_FIELDS, THROUGHPUT_FIELDS, markdown,  # noqa: F401
+                               read_results, readme_section, splice_readme, throughput_markdown)
 from dico.settings import ABLATIONS, METHOD_LABELS, METHODS, MODES, SEMI_AR
 
 # (gen_length, semi-AR block_length): ours, sized to the embedded model's 20-70-token answers (three blocks
@@ -41,9 +44,6 @@ Z95 = 1.959964
 TABLE = [(METHOD_LABELS[m], m, {}) for m in METHODS]     # every method at its paper settings
 ABLATION_SCOPE = {"tg": (("word",), ("non-ar",)), "margin": (("word",), MODES),
                   "seeds": (("word",), ("non-ar",)), "conquer": (("word",), ("non-ar",))}
-ROW_FIELDS = ("method", "label", "mode", "task", "n", "accuracy", "nfe_mean", "tokens_per_s", "speedup_nfe",
-              "speedup_wall")
-THROUGHPUT_FIELDS = ("method", "label", "batch_size", "n", "tokens_per_s", "speedup_batch")
 
 
 def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -106,6 +106,40 @@ def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batc
     bar.close()
     ref = {(c.task, c.gen_length, c.mode): c for c in cells if c.label == TABLE[0][0]}
     return [_row(c, ref[(c.task, c.gen_length, c.mode)], batch_size) for c in cells]
+
+
+def run_parallel(model, configs, families, modes, n_items: int, lengths=LENGTHS, batch_size: int = BATCH_SIZE,
+                 jobs: int = 2, progress: bool = True) -> list[dict]:
+    """``run``'s rows, each (family, length) part decoded in its own process: on a CPU the forward pass is
+    compute-bound, so batching gains little there, while a process per core decodes in parallel."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from tqdm import tqdm
+
+    parts = [(family, pair) for family in families for pair in lengths]
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_part, model, configs, (family,), modes, n_items, (pair,), batch_size): (family, pair)
+                   for family, pair in sorted(parts, key=lambda part: -part[1][0])}     # longest generation first
+        done = {}
+        for future in tqdm(as_completed(futures), total=len(parts), desc="bench parts", disable=not progress):
+            done[futures[future]] = future.result()
+    return [row for part in parts for row in done[part]]
+
+
+_PREDICTORS: dict = {}
+
+
+def _part(model, *args) -> list[dict]:
+    """One process's part of ``run_parallel``: its own model (loaded once per process) and one torch thread."""
+    import torch
+
+    from dico.models import load_model
+
+    torch.set_num_threads(1)
+    if model not in _PREDICTORS:
+        _PREDICTORS[model] = load_model(model, attention=False)
+    return run(_PREDICTORS[model], *args, progress=False)
 
 
 def _row(cell: Cell, ref: Cell, batch_size: int) -> dict:
@@ -171,28 +205,6 @@ def speed(predictor, n_items: int, gen_length: int = 256) -> list[dict]:
     return rows
 
 
-def read_results(path, fields=ROW_FIELDS) -> tuple[list[dict], dict]:
-    """Rows and the run's own record (title, command, machine, seconds) of a ``--json`` file written by this
-    module, checked field by field (the app shows them). Files from before rows carried ``label`` (their
-    ``method`` was the display label) are read with the method id restored."""
-    data = json.loads(open(path, encoding="utf-8").read())
-    rows = data.get("rows") if isinstance(data, dict) else None
-    if not isinstance(rows, list) or not rows:
-        raise ValueError(f"{path}: no benchmark rows")
-    by_label = {label: method for method, label in METHOD_LABELS.items()}
-    for i, row in enumerate(rows):
-        if "label" not in row and isinstance(row, dict) and "method" in row:
-            row["label"] = row["method"]
-            label = row["label"]
-            row["method"] = by_label.get(label) or by_label.get(label.split(" (")[0]) or \
-                ("dico" if "DiCo" in label else label)
-            row.setdefault("gen_length", data.get("gen_length"))
-        missing = [k for k in fields if k not in row]
-        if missing:
-            raise ValueError(f"{path}: rows[{i}] misses {', '.join(missing)}")
-    return rows, {k: v for k, v in data.items() if k != "rows"}
-
-
 def machine() -> str:
     """What the numbers were measured on: they are only comparable within one run on one machine."""
     import os
@@ -201,78 +213,6 @@ def machine() -> str:
 
     return (f"{platform.machine()} {platform.processor() or ''}".strip() +
             f", {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
-
-
-def _x(value, ratio) -> str:
-    return "-" if value is None else f"{value:.1f} ({ratio:.1f}x)"
-
-
-def markdown(rows, title: str) -> str:
-    """Rows laid out like the paper's Table 1: a row per task, method and length, a column group per mode."""
-    modes = sorted({r["mode"] for r in rows}, key=list(MODES).index)
-    head = "| Task | Method | gen / block | " + " | ".join(
-        f"{m} accuracy (95% CI) | {m} NFE | {m} answer NFE | {m} tokens/s" for m in modes) + " |"
-    lines = [f"**{title}**", "", head, "|" + "---|" * (3 + 4 * len(modes))]
-    index = {(r["task"], r["label"], r.get("gen_length"), r["mode"]): r for r in rows}
-    for task in dict.fromkeys(r["task"] for r in rows):
-        for label in dict.fromkeys(r["label"] for r in rows):
-            for gen in dict.fromkeys(r.get("gen_length") for r in rows):
-                found = [index.get((task, label, gen, mode)) for mode in modes]
-                if not any(found):
-                    continue
-                block = next((r["block_length"] for r in found if r and r.get("block_length")), None)
-                cells = []
-                for r in found:
-                    if r is None:
-                        cells += ["-"] * 4
-                        continue
-                    ci = f" ({100 * r['accuracy_low']:.0f}-{100 * r['accuracy_high']:.0f})" if "accuracy_low" in r else ""
-                    cells += [f"{100 * r['accuracy']:.1f}%{ci}", _x(r["nfe_mean"], r["speedup_nfe"]),
-                              _x(r.get("answer_nfe_mean"), r.get("speedup_answer_nfe")),
-                              f"{r['tokens_per_s']:.0f} ({r['speedup_wall']:.1f}x)"]
-                shape = f"{gen} / {block}" if block else str(gen or "")
-                lines.append(f"| {task} | {label} | {shape} | " + " | ".join(cells) + " |")
-    n = max(r["n"] for r in rows)
-    batch = rows[0].get("batch_size")
-    lines += ["", f"n = {n} held-out items per task; 95% Wilson interval in brackets; speed-ups (x) against Vanilla "
-                  "in the same run; answer NFE = forward passes until the last answer token was committed"
-                  + (f"; decoded {batch} prompts per forward pass." if batch else ".")]
-    return "\n".join(lines)
-
-
-def throughput_markdown(rows) -> str:
-    batches = list(dict.fromkeys(r["batch_size"] for r in rows))
-    lines = ["**Throughput by batch size**", "",
-             "| Method | " + " | ".join(f"batch {b} tokens/s" for b in batches) + " |", "|" + "---|" * (1 + len(batches))]
-    for label in dict.fromkeys(r["label"] for r in rows):
-        cells = {r["batch_size"]: r for r in rows if r["label"] == label}
-        lines.append(f"| {label} | " + " | ".join(f"{cells[b]['tokens_per_s']:.0f} ({cells[b]['speedup_batch']:.2f}x)"
-                                                  for b in batches) + " |")
-    lines += ["", f"The same {rows[0]['n']} held-out prompts (both families), gen {rows[0]['gen_length']} non-AR, at "
-                  "each batch size one after the other; (x) against batch 1; every batch size decoded the same texts."]
-    return "\n".join(lines)
-
-
-README_RESULTS = ("table1", "throughput", "ablation_tg", "ablation_margin", "ablation_seeds", "ablation_conquer")
-README_MARKERS = ("<!-- bench:start -->", "<!-- bench:end -->")
-
-
-def readme_section(folder) -> str:
-    """The README's benchmark block: every shipped table, each with the command, time and machine that made it."""
-    parts = []
-    for name in README_RESULTS:
-        if not (Path(folder) / f"{name}.json").exists():
-            continue
-        _, run = read_results(Path(folder) / f"{name}.json", THROUGHPUT_FIELDS if name == "throughput" else ROW_FIELDS)
-        table = (Path(folder) / f"{name}.md").read_text().strip()
-        parts.append(f"{table}\n\n`{run['command']}` ({run['seconds'] / 60:.1f} min on {run['machine']})")
-    return "\n\n".join(parts)
-
-
-def splice_readme(readme: str, section: str) -> str:
-    start, end = README_MARKERS
-    head, rest = readme.split(start, 1)
-    return f"{head}{start}\n{section}\n{end}{rest.split(end, 1)[1]}"
 
 
 def _lengths(text: str) -> tuple[tuple[int, int], ...]:
@@ -298,6 +238,8 @@ def main(argv=None) -> int:
                         f"(default {','.join(f'{g}/{b}' for g, b in LENGTHS)}; ablations: the first)")
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="prompts per forward pass "
                         f"(default {BATCH_SIZE}); decodes are identical at every batch size")
+    parser.add_argument("--jobs", type=int, default=1, help="processes decoding (family, length) parts side by "
+                        "side, one torch thread each (default 1; 2 on a 2-core CPU)")
     parser.add_argument("--families", default=",".join(tasks.FAMILIES), help="comma-separated task families")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
     parser.add_argument("--json", metavar="PATH", help="write every row as JSON")
@@ -343,14 +285,14 @@ def main(argv=None) -> int:
         lengths = _lengths(args.lengths) if args.lengths else default_lengths
         if not 1 <= n_items <= tasks.TEST_SIZE:
             raise ValueError(f"items: must be in 1..{tasks.TEST_SIZE}, got {n_items}")
-        if args.batch_size < 1:
-            raise ValueError(f"batch_size: must be >= 1, got {args.batch_size}")
+        if args.batch_size < 1 or args.jobs < 1:
+            raise ValueError(f"batch_size, jobs: must be >= 1, got {args.batch_size}, {args.jobs}")
         for family in families:
             if family not in tasks.FAMILIES:
                 raise ValueError(f"families: unknown family {family!r}; choose from {', '.join(tasks.FAMILIES)}")
         from dico.models import load_model
         predictor = load_model(args.model, attention=False)
-        where = machine()
+        where = machine() + (f", {args.jobs} processes of 1 torch thread" if args.jobs > 1 else "")
         start = time.time()
         if args.what == ["throughput"]:
             n_items = args.items or (4 if args.quick else 16)
@@ -361,8 +303,12 @@ def main(argv=None) -> int:
         else:
             print(f"{title}: model {predictor.name}, gen/block {', '.join(f'{g}/{b}' for g, b in lengths)}, "
                   f"{n_items} held-out items per task, batch size {args.batch_size}, on {where}", flush=True)
-            rows = run(predictor, configs, families, modes, n_items, lengths, args.batch_size,
-                       progress=not args.no_progress)
+            if args.jobs > 1:
+                rows = run_parallel(args.model, configs, families, modes, n_items, lengths, args.batch_size,
+                                    args.jobs, progress=not args.no_progress)
+            else:
+                rows = run(predictor, configs, families, modes, n_items, lengths, args.batch_size,
+                           progress=not args.no_progress)
             if args.what:
                 rows = [r for r in rows if r["label"] in ABLATIONS[args.what[1]]]
             table = markdown(rows, title)
@@ -376,7 +322,7 @@ def main(argv=None) -> int:
         command = "python -m dico.bench " + " ".join(argv if argv is not None else sys.argv[1:])
         with open(args.json, "w") as fh:
             json.dump({"title": title, "model": predictor.name, "lengths": [list(p) for p in lengths],
-                       "batch_size": args.batch_size, "command": command.strip(), "machine": where,
+                       "batch_size": args.batch_size, "jobs": args.jobs, "command": command.strip(), "machine": where,
                        "seconds": seconds, "rows": rows}, fh, indent=1)
     if args.markdown:
         with open(args.markdown, "w") as fh:

@@ -21,11 +21,11 @@ def bench(*args, timeout=300):
 
 def test_table1_rows_at_two_lengths_side_by_side(tmp_path):
     out, md = tmp_path / "rows.json", tmp_path / "table.md"
-    result = bench("--items", "2", "--lengths", "32/16,48/16", "--batch-size", "2", "--json", str(out),
+    result = bench("--items", "2", "--lengths", "32/16,48/16", "--batch-size", "2", "--jobs", "2", "--json", str(out),
                    "--markdown", str(md), "--no-progress")
     assert result.returncode == 0, result.stderr[-2000:]
     rows, run = read_results(out)
-    assert run["lengths"] == [[32, 16], [48, 16]] and run["batch_size"] == 2
+    assert run["lengths"] == [[32, 16], [48, 16]] and (run["batch_size"], run["jobs"]) == (2, 2)
     assert {(r["method"], r["label"], r["mode"], r["task"], r["gen_length"]) for r in rows} == {
         (m, METHOD_LABELS[m], mode, t, g) for m in METHODS for mode in ("non-ar", "semi-ar")
         for t in ("word", "list") for g in (32, 48)}
@@ -54,7 +54,8 @@ def test_old_result_files_read_with_method_ids_and_labels():
     assert {r["method"]: r["label"] for r in rows}["fast-factor"] == "Fast-dLLM (factor)"
 
 
-@pytest.mark.parametrize("args", [("ablation", "colour"), ("--lengths", "96/40"), ("--batch-size", "0")])
+@pytest.mark.parametrize("args", [("ablation", "colour"), ("--lengths", "96/40"), ("--batch-size", "0"),
+                                  ("--jobs", "0")])
 def test_bench_refuses_bad_requests_with_a_message(args):
     result = bench(*args, timeout=120)
     assert result.returncode == 2 and "error:" in result.stderr and "Traceback" not in result.stderr
