@@ -1,6 +1,7 @@
 """Command line: ``python -m dico generate --prompt TEXT --method dico ...`` (``--help`` for every option).
 
-Every method setting becomes an option generated from ``dico.settings``: ``--tau1 0.4``, ``--no-guidance``.
+Every method setting becomes an option generated from ``dico.settings`` (``--threshold 0.9``; switches as
+``--x`` / ``--no-x``), so a new setting needs no change here.
 """
 from __future__ import annotations
 
@@ -71,7 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
                          description=f"Decode one prompt. The last line printed is '{LAST_LINE}': the answer is the "
                                      "response up to its first end-of-text token, the rest is padding, and answer_nfe "
                                      "counts the forward passes until the answer was complete.")
-    gen.add_argument("--prompt", required=True, help="the question or instruction")
+    gen.add_argument("--prompt", action="append", help="the question or instruction; repeat it to decode several "
+                     "prompts (each answer is followed by its own nfe=... line)")
+    gen.add_argument("--prompts-file", metavar="PATH", help="decode every non-empty line of this file as a prompt")
+    gen.add_argument("--batch-size", type=int, default=1,
+                     help="decode this many prompts per forward pass (default 1); every answer is the same as "
+                          "decoding its prompt alone")
     gen.add_argument("--method", choices=METHODS, default="dico",
                      help="vanilla: one token a step; fast: Fast-dLLM threshold; fast-factor: Fast-dLLM factor; "
                           "dico: divide, conquer, finalize (default)")
@@ -87,40 +93,65 @@ def build_parser() -> argparse.ArgumentParser:
                      help="allow a model's own code for ids outside the known LLaDA/Dream list")
     gen.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     gen.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on cuda, fp32 on cpu)")
-    gen.add_argument("--json", metavar="PATH", help="write the full step trace as JSON here")
+    gen.add_argument("--no-chat", action="store_true",
+                     help="feed the prompt as it is, even when the tokenizer has a chat template")
+    gen.add_argument("--json", metavar="PATH", help="write the full step trace as JSON here (several prompts: a "
+                                                    "bundle of traces, readable by the app's replay)")
     gen.add_argument("--capture-attention", action="store_true",
-                     help="record stage-averaged attention maps in the trace")
+                     help="record stage-averaged attention maps in the trace (every model kind)")
     add_settings_options(gen)
     return parser
+
+
+def _prompts(args) -> list[str]:
+    prompts = list(args.prompt or [])
+    if args.prompts_file:
+        try:
+            text = open(args.prompts_file, encoding="utf-8").read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"prompts_file: cannot read {args.prompts_file} ({exc})") from None
+        prompts += [line.strip() for line in text.splitlines() if line.strip()]
+    if not prompts:
+        raise ValueError("prompt: give --prompt TEXT (repeatable) or --prompts-file PATH")
+    return prompts
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    from dico.loop import check_inputs, generate
+    from dico.batch import generate_batch
+    from dico.loop import check_inputs
     from dico.models import load_model
     from dico.settings import settings_for
+    from dico.trace import bundle_json
     block_length = args.block_length if args.mode == SEMI_AR else None
     try:
         # refuse bad input before loading the model: a hub model can take minutes to download and load
-        check_inputs(args.prompt, args.method, args.mode, args.gen_length, block_length)
+        prompts = _prompts(args)
+        for prompt in prompts:
+            check_inputs(prompt, args.method, args.mode, args.gen_length, block_length)
         settings = settings_for(args.method, given_settings(args))
+        if args.batch_size < 1:
+            raise ValueError(f"batch_size: must be a whole number >= 1, got {args.batch_size}")
         predictor = load_model(args.model, trust_remote_code=args.trust_remote_code, device=args.device,
-                               dtype=args.dtype)
-        trace = generate(predictor, args.prompt, args.method, mode=args.mode, gen_length=args.gen_length,
-                         block_length=block_length, settings=settings, capture_attention=args.capture_attention)
+                               dtype=args.dtype, chat=False if args.no_chat else None)
+        traces = generate_batch(predictor, prompts, args.method, batch_size=args.batch_size, mode=args.mode,
+                                gen_length=args.gen_length, block_length=block_length, settings=settings,
+                                capture_attention=args.capture_attention)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(trace.text)
     if args.json:
         try:
-            trace.save(args.json)
+            with open(args.json, "w", encoding="utf-8") as out:
+                out.write(traces[0].to_json() if len(traces) == 1 else bundle_json(traces))
         except OSError as exc:
             print(f"error: json: cannot write {args.json} ({exc.strerror or exc})", file=sys.stderr)
             return 2
-    print(f"nfe={trace.nfe} answer_nfe={trace.answer_nfe} answer_tokens={trace.answer_tokens} "
-          f"padding_tokens={trace.padding_tokens} tokens_per_s={trace.tokens_per_s:.3f} wall_s={trace.wall_s:.3f}")
+    for trace in traces:
+        print(trace.text)
+        print(f"nfe={trace.nfe} answer_nfe={trace.answer_nfe} answer_tokens={trace.answer_tokens} "
+              f"padding_tokens={trace.padding_tokens} tokens_per_s={trace.tokens_per_s:.3f} wall_s={trace.wall_s:.3f}")
     return 0
 
 

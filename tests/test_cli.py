@@ -98,6 +98,24 @@ def test_generate_json_writes_a_loadable_trace_with_the_settings_given(results):
     assert trace.settings["tau2"] == 0.6                                    # the rest keep the paper defaults
 
 
+def test_several_prompts_in_one_batch_print_what_each_prints_alone(results, capsys, tmp_path):
+    tiny = results["fill"](["{tiny}"])[0]
+    prompts = [PROMPT, "Anna has 3 books .", "How many apples ?"]
+    common = ["generate", "--model", tiny, "--gen-length", "10", "--method", "fast"]
+    alone = []
+    for prompt in prompts:
+        assert main([*common, "--prompt", prompt]) == 0
+        alone.append(capsys.readouterr().out.splitlines())
+    (tmp_path / "prompts.txt").write_text("\n".join(prompts[1:]) + "\n\n")
+    assert main([*common, "--prompt", prompts[0], "--prompts-file", str(tmp_path / "prompts.txt"),
+                 "--batch-size", "2", "--json", str(tmp_path / "bundle.json")]) == 0
+    together = capsys.readouterr().out.splitlines()
+    nfe_part = re.compile(r" tokens_per_s=.*$")          # timings differ run to run; the decode must not
+    assert [nfe_part.sub("", line) for line in together] == [nfe_part.sub("", line) for out in alone for line in out]
+    from dico.trace import read_traces
+    assert [t.prompt for t in read_traces((tmp_path / "bundle.json").read_bytes())] == prompts
+
+
 def check_one_error_line(name: str, code: int, stdout: str, stderr: str) -> None:
     assert code == 2
     assert "Traceback" not in stderr and stdout == ""
