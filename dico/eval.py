@@ -77,6 +77,9 @@ class DiCoLM(LM):
             self._rank, self._world_size = accelerator.process_index, accelerator.num_processes
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """Every request decoded in batches of ``batch_size``, then cut at its first stop string. A diffusion
+        decoder fills ``gen_length`` positions at once, so that (not the task's max_gen_toks) bounds answers,
+        as in the paper's lm-eval runs."""
         from tqdm import tqdm
 
         from dico.batch import decode_batch
