@@ -366,6 +366,14 @@ def choose_model(model):
     return gr.skip(), model_note(predictor)
 
 
+def current_model_note() -> str:
+    """At page load: where the embedded model runs (loading it if the warm-up has not yet)."""
+    try:
+        return model_note(get_predictor(EMBEDDED_NAME))
+    except ValueError as exc:
+        return f"**The embedded model cannot be loaded**: {clean(exc)}"
+
+
 def model_note(predictor=None, failed: str = "") -> str:
     where = f"Runs on **{clean(describe(predictor))}**." if predictor is not None else ""
     if failed:

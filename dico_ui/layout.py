@@ -175,6 +175,7 @@ def build_demo() -> gr.Blocks:
         model.input(h.choose_model, [model], [model, model_note], show_api=False)
         mode.change(h.show_block_length, [mode], [block_length], show_api=False, queue=False)
         demo.load(h.first_impression, None, outputs + [prompt], show_api=False)
+        demo.load(h.current_model_note, None, [model_note], show_api=False, show_progress="hidden")
         for tab in (trajectory_tab, comparison_tab, attention_tab, step_tab, bench_tab):
             tab.select(None, None, None, js=RESIZE_PLOTS, show_api=False, queue=False)
     return demo

@@ -55,6 +55,7 @@ def test_the_page_opens_on_a_finished_example_run(watched_page, artifacts):
     for plot in ("trajectory-plot", "phase-plot", "cluster-plot"):
         expect(page.locator(f"#{plot} .js-plotly-plot")).to_be_visible()
     expect(lanes(page).first).to_contain_text("answer complete at step")
+    expect(page.locator("#model-note")).to_contain_text("dico-tiny on cpu (float32)")
     page.screenshot(path=str(artifacts / "first-impression.png"), full_page=True)
 
 
@@ -95,6 +96,23 @@ def test_stop_keeps_the_partial_answers_and_run_starts_again(watched_page, artif
     page.locator("#run").click()
     expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
     expect(lanes(page)).to_have_count(3)
+
+
+def test_the_queue_position_shows_next_to_run(watched_page, app_url, artifacts, wait_until):
+    from gradio_client import Client
+    page = watched_page
+    clients = [Client(app_url, verbose=False) for _ in range(2)]
+    busy = [c.submit("Here is a list: 4, 9, 13. Add 3 to each number.", "dico-tiny", "non-ar", 256, 16,
+                     ["vanilla", "fast", "dico"], "", True, api_name="/run") for c in clients]   # both decode slots
+    try:
+        wait_until(lambda: all(len(job.outputs()) > 1 for job in busy), 120, "two running API races")
+        page.locator("#run").click()
+        expect(page.locator("#status .progress-text")).to_contain_text("queue", timeout=LONG)
+        page.screenshot(path=str(artifacts / "queue.png"), clip={"x": 0, "y": 550, "width": 1400, "height": 250})
+    finally:
+        for job in busy:
+            job.cancel()
+    expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
 
 
 def test_the_page_reads_at_phone_width(page, app_url, artifacts):
