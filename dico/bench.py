@@ -290,20 +290,22 @@ def main(argv=None) -> int:
         for family in families:
             if family not in tasks.FAMILIES:
                 raise ValueError(f"families: unknown family {family!r}; choose from {', '.join(tasks.FAMILIES)}")
-        from dico.models import load_model
-        predictor = load_model(args.model, attention=False)
+        from dico.models import EMBEDDED_NAME, load_model
+        parallel = args.jobs > 1 and args.what != ["throughput"]     # the worker processes load their own model
+        predictor = None if parallel else load_model(args.model, attention=False)
+        model_name = predictor.name if predictor else (args.model or EMBEDDED_NAME)
         where = machine() + (f", {args.jobs} processes of 1 torch thread" if args.jobs > 1 else "")
         start = time.time()
         if args.what == ["throughput"]:
             n_items = args.items or (4 if args.quick else 16)
-            print(f"throughput: model {predictor.name}, {2 * n_items} prompts, batch sizes "
+            print(f"throughput: model {model_name}, {2 * n_items} prompts, batch sizes "
                   f"{', '.join(map(str, THROUGHPUT_BATCHES))}, on {where}", flush=True)
             rows = throughput(predictor, n_items, gen_length=lengths[0][0], progress=not args.no_progress)
             table, title = throughput_markdown(rows), "throughput"
         else:
-            print(f"{title}: model {predictor.name}, gen/block {', '.join(f'{g}/{b}' for g, b in lengths)}, "
+            print(f"{title}: model {model_name}, gen/block {', '.join(f'{g}/{b}' for g, b in lengths)}, "
                   f"{n_items} held-out items per task, batch size {args.batch_size}, on {where}", flush=True)
-            if args.jobs > 1:
+            if parallel:
                 rows = run_parallel(args.model, configs, families, modes, n_items, lengths, args.batch_size,
                                     args.jobs, progress=not args.no_progress)
             else:
@@ -321,7 +323,7 @@ def main(argv=None) -> int:
     if args.json:
         command = "python -m dico.bench " + " ".join(argv if argv is not None else sys.argv[1:])
         with open(args.json, "w") as fh:
-            json.dump({"title": title, "model": predictor.name, "lengths": [list(p) for p in lengths],
+            json.dump({"title": title, "model": model_name, "lengths": [list(p) for p in lengths],
                        "batch_size": args.batch_size, "jobs": args.jobs, "command": command.strip(), "machine": where,
                        "seconds": seconds, "rows": rows}, fh, indent=1)
     if args.markdown:

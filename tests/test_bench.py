@@ -21,17 +21,17 @@ def bench(*args, timeout=300):
 
 def test_table1_rows_at_two_lengths_side_by_side(tmp_path):
     out, md = tmp_path / "rows.json", tmp_path / "table.md"
-    result = bench("--items", "2", "--lengths", "32/16,48/16", "--batch-size", "2", "--jobs", "2", "--json", str(out),
+    result = bench("--items", "2", "--lengths", "16/8,24/8", "--batch-size", "2", "--jobs", "2", "--json", str(out),
                    "--markdown", str(md), "--no-progress")
     assert result.returncode == 0, result.stderr[-2000:]
     rows, run = read_results(out)
-    assert run["lengths"] == [[32, 16], [48, 16]] and (run["batch_size"], run["jobs"]) == (2, 2)
+    assert run["lengths"] == [[16, 8], [24, 8]] and (run["batch_size"], run["jobs"]) == (2, 2)
     assert {(r["method"], r["label"], r["mode"], r["task"], r["gen_length"]) for r in rows} == {
         (m, METHOD_LABELS[m], mode, t, g) for m in METHODS for mode in ("non-ar", "semi-ar")
-        for t in ("word", "list") for g in (32, 48)}
+        for t in ("word", "list") for g in (16, 24)}
     for r in rows:
         assert set(ROW_FIELDS) <= r.keys() and r["n"] == 2
-        assert r["block_length"] == (16 if r["mode"] == "semi-ar" else None)
+        assert r["block_length"] == (8 if r["mode"] == "semi-ar" else None)
         assert r["accuracy_low"] <= r["accuracy"] <= r["accuracy_high"]
         assert (r["accuracy_low"], r["accuracy_high"]) == tuple(round(v, 4) for v in wilson(r["correct"], 2))
         assert 1 <= r["answer_nfe_mean"] <= r["nfe_mean"] <= r["gen_length"] and r["tokens_per_s"] > 0
@@ -39,7 +39,7 @@ def test_table1_rows_at_two_lengths_side_by_side(tmp_path):
         if r["method"] == "vanilla":
             assert r["nfe_mean"] == r["gen_length"] and r["speedup_nfe"] == r["speedup_answer_nfe"] == 1.0
     table = md.read_text()
-    assert "| word | DiCo | 32 / 16 |" in table and "| word | DiCo | 48 / 16 |" in table
+    assert "| word | DiCo | 16 / 8 |" in table and "| word | DiCo | 24 / 8 |" in table
 
 
 def test_wilson_interval_matches_the_textbook_values():
