@@ -215,6 +215,7 @@ def _stream(request, make_request):
                 + skip
     finally:
         _live.pop(session, None)
+        _stops.pop(session, None)
     mark_warm(req.model)
     verb = f"Stopped at step {frame.round}" if frame.stopped else "Done"
     status = (f"{verb} in {time.perf_counter() - started:.1f} s on {clean(describe(predictor))}{cold}.  \n"

@@ -115,7 +115,8 @@ def lane_html(trace: Trace, k: int, state: str, token_text=None, round_: int | N
         flags.append('<span class="live">decoding…</span>')
     cls = "lane done" if state == "done" else "lane"
     color = METHOD_COLORS.get(trace.method, "#999999")
-    return (f'<div class="{cls}" style="border-left-color:{color}"><div class="lane-head"><b>{clean(label(trace.method))}</b> · '
+    return (f'<div class="{cls}" style="border-left-color:{color}"><div class="lane-head">'
+            f'<b>{clean(label(trace.method))}</b> · '
             f'{" · ".join(flags)}</div>{response_html(trace, k, token_text)}</div>')
 
 
@@ -177,7 +178,8 @@ def step_head(trace: Trace, k: int) -> str:
     step = trace.steps[k]
     clusters = ", ".join(f"[{a}, {b}]" for a, b in step.clusters) or "none"
     return (f'<div class="step-head"><b>{clean(label(trace.method))}</b>, step index <b>{k}</b> of '
-            f'{len(trace.steps) - 1} · phase <b>{clean(step.phase)}</b> · committed {len(trace.answer_commits(step))} '
+            f'{len(trace.steps) - 1} · phase <b>{clean(step.phase)}</b> · '
+            f'committed {len(trace.answer_commits(step))} '
             f'answer + {len(trace.padding_commits(step))} padding (outlined) · clusters: '
             f'{clusters}</div>')
 

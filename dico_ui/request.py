@@ -79,7 +79,8 @@ def group_label(group: str) -> str:
 
 
 def settings_from_json(settings) -> dict[str, dict]:
-    """The API's settings: one JSON object (or dict) ``{"fast": {"threshold": 0.9}, ...}``; missing ones keep defaults."""
+    """The API's settings: one JSON object (or dict) ``{"fast": {"threshold": 0.9}, ...}``; missing ones keep
+    their defaults."""
     if settings in (None, ""):
         return {}
     if isinstance(settings, str):

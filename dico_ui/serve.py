@@ -30,7 +30,8 @@ class WithoutCdnScripts:
                 if not message.get("more_body"):
                     data = b"".join(body)
                     headers = dict(start["headers"])
-                    if headers.get(b"content-type", b"").startswith(b"text/html") and b"content-encoding" not in headers:
+                    page = headers.get(b"content-type", b"").startswith(b"text/html")
+                    if page and b"content-encoding" not in headers:
                         data = self.CDN_SCRIPT.sub(b"", data)
                     headers[b"content-length"] = str(len(data)).encode()
                     await send({**start, "headers": list(headers.items())})

@@ -8,13 +8,13 @@ import pytest
 
 import dico
 from dico.settings import METHODS, SETTINGS, DiCoSettings, specs
-from dico.trace import Trace
 
 gr = pytest.importorskip("gradio")
 
 from dico_ui import handlers as h, render  # noqa: E402
 from dico_ui.race import race, replay  # noqa: E402
-from dico_ui.request import CONTROLS, SHARED, RunRequest, settings_from_controls, settings_from_json, task_shape  # noqa: E402
+from dico_ui.request import (CONTROLS, SHARED, RunRequest, settings_from_controls, settings_from_json,  # noqa: E402
+                             task_shape)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = json.loads((ROOT / "assets" / "examples.json").read_text())["examples"]
@@ -144,6 +144,14 @@ def test_stop_ends_the_race_with_partial_answers_and_run_starts_again(app_module
     assert all(t.stopped for t in result["traces"]) and lanes(result["answers"]) == 3
     again = list(run(gen_length=16, session="stopper"))          # Run right after Stop: a new run
     assert again[-1][R["status"]].startswith("Done")
+
+
+def test_semi_ar_race_with_every_method(app_module, predictor):
+    *_, last = run(prompt=LIST, gen_length=32, mode="semi-ar", methods=METHODS)
+    result = dict(zip(h.RESULTS, last))
+    assert [t.method for t in result["traces"]] == list(METHODS)
+    assert all(t.mode == "semi-ar" and t.block_length == 16 and not t.stopped for t in result["traces"])
+    assert lanes(result["answers"]) == len(METHODS)
 
 
 def test_bad_input_is_a_message_naming_the_field_and_clears_old_results(app_module, predictor, caplog):

@@ -45,6 +45,8 @@ def test_settings_travel_as_one_json_object(client, app_module, predictor):
     default = results(app_module, call(client, methods=["fast"]))["table"]["data"][0][1]
     eager = results(app_module, call(client, methods=["fast"], settings='{"fast": {"threshold": 0.05}}'))
     assert eager["table"]["data"][0][1] < default          # a low threshold commits more per step
+    as_dict = results(app_module, call(client, methods=["fast"], settings={"fast": {"threshold": 0.05}}))
+    assert as_dict["table"]["data"][0][:-1] == eager["table"]["data"][0][:-1]        # all but the time
 
 
 @pytest.mark.parametrize("kwargs, message", [
