@@ -167,7 +167,7 @@ class DiCo:
         if density >= cfg.tau2 or self.quiet_steps >= QUIET_STEPS_TO_END_DIVIDE or self.divide_steps >= cfg.t_max:
             self._end_divide(after)
         return Choice(seeds, "divide", seeds=list(seeds), clusters=[c[:] for c in self.clusters], guided=cw,
-                      guidance=weights)
+                      guidance=weights, seed_threshold=cfg.tau1)
 
     def _end_divide(self, masked: np.ndarray) -> None:
         self.clusters = trim(self.clusters, masked)

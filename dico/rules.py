@@ -47,6 +47,7 @@ class Choice:
     clusters: list[list[int]] = field(default_factory=list)
     guided: torch.Tensor | None = None       # DiCo Divide: the guided confidence seeds were ranked by
     guidance: torch.Tensor | None = None     # and the guidance weights behind it
+    seed_threshold: float | None = None       # the guided confidence a seed needed
 
 
 class Rule(Protocol):

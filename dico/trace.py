@@ -30,6 +30,7 @@ schema 1, without the answer fields, are still read and get them computed)::
                 "guided_confidence": [float | null] * gen_length | null,  # DiCo Divide steps: the
                                              # confidence times trajectory guidance that seeds were ranked by
                 "guidance": [float] * gen_length | null,   # that step's guidance weights w
+                "seed_threshold": float | null,  # the guided confidence a seed needed (DiCo Divide)
                 "forward_s": float, "select_s": float}, ...]}  # model call; scoring + the rule's choice
 
 ``confidence`` and ``prediction`` are null at positions already decoded before the step. A commit
@@ -74,6 +75,7 @@ class Step:
     unmasked_fraction: float = 0.0
     guided_confidence: list[float | None] | None = None
     guidance: list[float] | None = None
+    seed_threshold: float | None = None
     forward_s: float = 0.0
     select_s: float = 0.0
 
@@ -225,6 +227,8 @@ def _parse_step(raw, i: int, n: int) -> Step:
             f"{where}.clusters", "must be a list of inclusive [start, end] response offsets")
     for key in ("unmasked_fraction", "forward_s", "select_s"):
         _expect(_is_num(raw.get(key, 0.0)), f"{where}.{key}", "must be a number")
+    _expect(raw.get("seed_threshold") is None or _is_num(raw["seed_threshold"]), f"{where}.seed_threshold",
+            "must be a number or null")
     for key in ("guided_confidence", "guidance"):
         values = raw.get(key)
         _expect(values is None or (isinstance(values, list) and len(values) == n

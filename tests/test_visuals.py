@@ -395,8 +395,8 @@ def test_step_view_of_a_divide_step_plots_its_guidance(golden, name):
     assert np.allclose(np.asarray(guided.y, dtype=float), np.array(step.guided_confidence, dtype=float),
                        equal_nan=True)
     assert w.xaxis == "x2" and tuple(fig.layout.xaxis2.range) == (-0.5, trace.gen_length - 0.5)
-    (tau1,) = [d for d in fig.data if (d.name or "").startswith("tau1")]
-    assert set(tau1.y) == {trace.settings["tau1"]}
+    (needed,) = [d for d in fig.data if (d.name or "").startswith("seed threshold")]
+    assert set(needed.y) == {step.seed_threshold} and step.seed_threshold == trace.settings["tau1"]
     guided_view = step_view_figure(trace, k, confidence="guided")
     shade = np.asarray(by_name(guided_view, "still masked")[0].z, dtype=float).ravel()[:trace.gen_length]
     done = [w is not None and w <= k for w in trace.commit_step()]

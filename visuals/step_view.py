@@ -163,10 +163,10 @@ def _profile(trace: Trace, g: Grid, k: int) -> list[dict]:
     if step.seeds:
         out.append(dict(type="scatter", x=step.seeds, y=ranked[step.seeds], mode="markers", name="seed",
                         marker=SEED_MARKER, showlegend=False, hoverinfo="skip", **axes))
-    tau1 = trace.settings.get("tau1") if step.phase == "divide" else None
-    if tau1 is not None:
-        out.append(dict(type="scatter", x=[-0.5, trace.gen_length - 0.5], y=[tau1, tau1], mode="lines",
-                        name=f"tau1 = {tau1:g} (seed threshold)", line=dict(color=SEED_COLOR, width=1.5), **axes))
+    needed = step.seed_threshold if step.phase == "divide" else None
+    if needed is not None:
+        out.append(dict(type="scatter", x=[-0.5, trace.gen_length - 0.5], y=[needed, needed], mode="lines",
+                        name=f"seed threshold {needed:g}", line=dict(color=SEED_COLOR, width=1.5), **axes))
     return out
 
 

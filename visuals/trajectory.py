@@ -155,7 +155,7 @@ def cluster_figure(trace: Trace) -> go.Figure:
     spans, (seed_x, seed_y) = cluster_spans(trace), seed_points(trace)
     if not len(spans) and not len(seed_x):
         if trace.method == "dico":
-            return notice("No seed reached tau1 in this run, so Divide formed no cluster and DiCo went straight "
+            return notice("No seed reached the seed threshold in this run, so Divide formed no cluster and DiCo went straight "
                           "to Finalize (the model was unsure everywhere).", run_name(trace))
         return notice(f"{method_name(trace.method)} does not divide the response into clusters; "
                       "only DiCo has seeds and clusters.", run_name(trace))
