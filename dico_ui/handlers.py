@@ -254,7 +254,7 @@ def stop(request: gr.Request):
     session = _session(request)
     _stops[session] = True
     if session not in _live:
-        return "Stopped.", gr.skip()
+        return "Stopped: nothing of yours was decoding; a queued run is cancelled before it starts.", gr.skip()
     frame, token_text, outside = _live[session]
     done = [f"{render.label(lane.method)} finished at step {lane.k + 1}" for lane in frame.lanes
             if lane.state == "done"]

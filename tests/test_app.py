@@ -142,6 +142,7 @@ def test_stop_ends_the_race_with_partial_answers_and_run_starts_again(app_module
     result = dict(zip(h.RESULTS, last))
     assert result["status"].startswith("Stopped at step")
     assert all(t.stopped for t in result["traces"]) and lanes(result["answers"]) == 3
+    assert h.stop(Session("stopper"))[0].startswith("Stopped: nothing of yours was decoding")
     again = list(run(gen_length=16, session="stopper"))          # Run right after Stop: a new run
     assert again[-1][R["status"]].startswith("Done")
 

@@ -109,9 +109,12 @@ def test_the_queue_position_shows_next_to_run(watched_page, app_url, artifacts, 
         page.locator("#run").click()
         expect(page.locator("#status .progress-text")).to_contain_text("queue", timeout=LONG)
         page.screenshot(path=str(artifacts / "queue.png"), clip={"x": 0, "y": 550, "width": 1400, "height": 250})
+        page.locator("#stop").click()                  # Stop while queued: the run is cancelled before it starts
+        expect(page.locator("#status")).to_contain_text("queued run is cancelled", timeout=LONG)
     finally:
         for job in busy:
             job.cancel()
+    page.locator("#run").click()
     expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
 
 
