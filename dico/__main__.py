@@ -100,7 +100,22 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--capture-attention", action="store_true",
                      help="record stage-averaged attention maps in the trace (every model kind)")
     add_settings_options(gen)
+    table = sub.add_parser("settings", help="print every method's settings as Markdown tables (README's block)",
+                           description="Print every method's settings (default, range, the paper's and the authors' "
+                                       "values, what each does) as Markdown, from the one place they are declared.")
+    table.add_argument("--method", choices=METHODS, action="append", help="only these methods (repeatable)")
     return parser
+
+
+def settings_markdown(methods=None) -> str:
+    """The settings tables of README's block: the shared sampling options once, then each method's own."""
+    from dico.settings import METHOD_LABELS, SamplingSettings, own_specs, settings_table
+    parts = ["**Shared by every method** (the official samplers' options; greedy by default)\n\n"
+             + settings_table(SamplingSettings)]
+    for method in methods or METHODS:
+        if own_specs(SETTINGS[method]):
+            parts.append(f"**{METHOD_LABELS[method]}** (`{method}`)\n\n" + settings_table(own_specs(SETTINGS[method])))
+    return "\n\n".join(parts) + "\n"
 
 
 def _prompts(args) -> list[str]:
@@ -118,6 +133,9 @@ def _prompts(args) -> list[str]:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "settings":
+        print(settings_markdown(args.method), end="")
+        return 0
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     from dico.batch import generate_batch
     from dico.loop import check_inputs

@@ -235,10 +235,12 @@ def settings_for(method: str, values: dict | None = None) -> Settings:
     return SETTINGS[method].from_dict(values)
 
 
-def settings_table(method: str) -> str:
-    """A Markdown table of a method's settings (the About text and the README use it)."""
-    rows = ["| setting | default | range | paper / authors' code | what it does |", "|---|---|---|---|---|"]
-    for s in specs(SETTINGS[method]):
+def settings_table(what) -> str:
+    """A Markdown table of settings (README, the app's About text): ``what`` is a method name, a settings class
+    or a list of ``Spec``s."""
+    items = specs(SETTINGS[what]) if isinstance(what, str) else specs(what) if isinstance(what, type) else what
+    rows = ["| setting | default | allowed | paper / authors' code | what it does |", "|---|---|---|---|---|"]
+    for s in items:
         allowed = " / ".join(s.choices) if s.choices else ("on / off" if s.type is bool else s.interval())
         origin = "; ".join(f"{k}: {v}" for k, v in (("paper", s.paper), ("code", s.code)) if v is not None) or "same"
         rows.append(f"| `{s.name}` | {s.default} | {allowed} | {origin} | {s.help} |")
