@@ -13,7 +13,7 @@
 Every speed-up is measured against Vanilla in the same run, on the same items and at the same batch size
 (NFE, answer NFE and wall-clock tokens/s ratios), never against a number from another run. Items are
 decoded in batches (``dico.batch``), which commit exactly what decoding each item alone commits; with
-``--jobs N`` each (family, length) part runs in its own process, Vanilla included, so ratios stay within one.
+``--jobs N`` each (family, length, mode) part runs in one process, Vanilla included, so ratios stay within one.
 """
 from __future__ import annotations
 
@@ -110,17 +110,19 @@ def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batc
 
 def run_parallel(model, configs, families, modes, n_items: int, lengths=LENGTHS, batch_size: int = BATCH_SIZE,
                  jobs: int = 2, progress: bool = True) -> list[dict]:
-    """``run``'s rows, each (family, length) part decoded in its own process: on a CPU the forward pass is
-    compute-bound, so batching gains little there, while a process per core decodes in parallel."""
+    """``run``'s rows, each (family, length, mode) part decoded in its own process: on a CPU the forward pass
+    is compute-bound, so batching gains little there, while a process per core decodes in parallel."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from tqdm import tqdm
 
-    parts = [(family, pair) for family in families for pair in lengths]
+    parts = [(family, pair, mode) for family in families for pair in lengths for mode in modes]   # run's row order
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_part, model, configs, (family,), modes, n_items, (pair,), batch_size): (family, pair)
-                   for family, pair in sorted(parts, key=lambda part: -part[1][0])}     # longest generation first
+        futures = {}
+        for family, pair, mode in sorted(parts, key=lambda part: -part[1][0]):    # longest generation first
+            futures[pool.submit(_part, model, configs, (family,), (mode,), n_items, (pair,), batch_size)] = \
+                (family, pair, mode)
         done = {}
         for future in tqdm(as_completed(futures), total=len(parts), desc="bench parts", disable=not progress):
             done[futures[future]] = future.result()
@@ -238,7 +240,7 @@ def main(argv=None) -> int:
                         f"(default {','.join(f'{g}/{b}' for g, b in LENGTHS)}; ablations: the first)")
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="prompts per forward pass "
                         f"(default {BATCH_SIZE}); decodes are identical at every batch size")
-    parser.add_argument("--jobs", type=int, default=1, help="processes decoding (family, length) parts side by "
+    parser.add_argument("--jobs", type=int, default=1, help="processes decoding (family, length, mode) parts side by "
                         "side, one torch thread each (default 1; 2 on a 2-core CPU)")
     parser.add_argument("--families", default=",".join(tasks.FAMILIES), help="comma-separated task families")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
