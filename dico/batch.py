@@ -88,18 +88,10 @@ def generate_batch(predictor: MaskPredictor, prompts: Sequence[str], method: str
 
 
 def _forward(predictor: MaskPredictor, active, ids: torch.Tensor, mask: torch.Tensor, attend: bool):
-    """One pass for the batch; with classifier-free guidance (rows share their settings), the rows again with
-    each row's own prompt masked, combined as ``Sampler.logits`` combines a single row's two passes."""
-    scale = active[0][1].sampler.settings.cfg_scale
-    if scale == 0:
-        return predictor.forward(ids, attentions=attend, attention_mask=mask)
-    b = ids.shape[0]
-    prompts = torch.arange(ids.shape[1]) < torch.tensor([run.m for _, run in active])[:, None]       # b, l
-    unprompted = ids.masked_fill(prompts, predictor.mask_id)
-    both, maps = predictor.forward(torch.cat([ids, unprompted]), attentions=attend,
-                                   attention_mask=torch.cat([mask, mask]))
-    cond, uncond = both[:b].float(), both[b:].float()
-    return uncond + (scale + 1) * (cond - uncond), (None if maps is None else tuple(a[:b] for a in maps))
+    """One pass for the batch through the rows' shared sampler (their settings are the same), so classifier-free
+    guidance masks each row's own prompt exactly as a single decode's pass does."""
+    sampler = active[0][1].sampler
+    return sampler.logits(predictor, ids, [run.m for _, run in active], attentions=attend, attention_mask=mask)
 
 
 def _fold_settings(options: dict) -> dict:
