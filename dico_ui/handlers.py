@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import string
 import tempfile
 import time
 import uuid
@@ -18,12 +17,13 @@ from pathlib import Path
 import gradio as gr
 
 import visuals
-from dico.trace import BUNDLE_SCHEMA, MAX_JSON_BYTES, Trace, bundle_json, read_traces
+from dico.trace import MAX_JSON_BYTES, Trace, bundle_json, read_traces
 from dico_ui import render
+from dico_ui.about import about_text
 from dico_ui.models import EMBEDDED_NAME, HUB_MODELS, describe, get_predictor, gpu, is_warm, mark_warm
 from dico_ui.race import Frame, race, replay
-from dico_ui.request import CONTROLS, build_request, check, group_label, settings_from_controls, settings_from_json
-from dico_ui.text import clean, prose
+from dico_ui.request import build_request, check, settings_from_controls, settings_from_json
+from dico_ui.text import clean
 
 log = logging.getLogger("dico_ui")
 RESULTS = ("status", "answers", "trajectory", "phases", "clusters", "side_by_side", "masked", "table", "attention",
@@ -124,55 +124,6 @@ def write_bundle(traces: list[Trace]) -> str:
     return str(path)
 
 
-def about_text(traces: list[Trace], outside: str = "") -> str:
-    """assets/ui/about.md with the run's numbers filled in: where each method's parallelism comes from."""
-    values = dict(bundle_schema=BUNDLE_SCHEMA, embedded=EMBEDDED_NAME, run="", numbers="", lessons="",
-                  settings=settings_tables())
-    if traces:
-        rows = [render.parallelism(t) for t in render.method_order(traces)]
-        values["run"] = "The numbers below are those of the run on screen: " + render.run_caption(traces[0]) + "."
-        values["numbers"] = "\n".join(
-            ["| method | steps | answer complete at step | answer / padding tokens | answer tokens per step "
-             "| tokens per step | largest step: answer + padding | steps that committed only padding |",
-             "|---|---|---|---|---|---|---|---|"] +
-            [f"| {r['label']} | {r['nfe']} | {r['answer_nfe']} | {r['answer']} / {r['padding']} | "
-             f"{r['answer_per_step']} | {r['tokens_per_step']} | {r['biggest'][1]} + {r['biggest'][2]} | "
-             f"{r['padding_only']} |" for r in rows])
-        values["lessons"] = "\n".join(f"- {lesson(r)}" for r in rows) + \
-            (f"\n\n⚠ {clean(outside)}" if outside else "")
-    return string.Template(prose("about.md")).safe_substitute(values)
-
-
-def settings_tables() -> str:
-    """The About text's settings: one table per group of generated controls (the shared sampling options once)."""
-    groups: dict[str, list] = {}
-    for group, spec in CONTROLS:
-        groups.setdefault(group, []).append(spec)
-    out = []
-    for group, group_specs in groups.items():
-        rows = ["| setting | default | allowed | paper / authors' code | what it does |", "|---|---|---|---|---|"]
-        for s in group_specs:
-            allowed = " / ".join(s.choices) if s.choices else ("on / off" if s.type is bool else s.interval())
-            origin = "; ".join(f"{k}: {v}" for k, v in (("paper", s.paper), ("code", s.code)) if v is not None)
-            rows.append(f"| `{s.name}` | {s.default} | {allowed} | {origin or 'same'} | {s.help} |")
-        out.append(f"**{group_label(group)}**\n\n" + "\n".join(rows))
-    return "\n\n".join(out)
-
-
-def lesson(r: dict) -> str:
-    """Where one run's parallelism came from, in one sentence with its numbers."""
-    head = (f"**{r['label']}** took {r['nfe']} steps and completed the answer ({r['answer']} tokens) at step "
-            f"{r['answer_nfe']}: {r['answer_per_step']} answer tokens per step, {r['tokens_per_step']} tokens per "
-            f"step counting the {r['padding']} padding positions.")
-    phases = r["phases"]
-    if r["method"] == "dico":
-        parts = [f"{name} {a} answer + {p} padding in {n} steps" for name, (n, a, p) in phases.items()]
-        return head + " By phase: " + "; ".join(parts) + "."
-    if r["padding_only"]:
-        return head + f" {r['padding_only']} of its steps committed only padding."
-    return head
-
-
 # ============================================================================ the run
 
 @gpu
@@ -217,6 +168,9 @@ def _stream(request, make_request):
         _live.pop(session, None)
         _stops.pop(session, None)
     mark_warm(req.model)
+    if not frame.traces:
+        yield cleared("Stopped before the first step.")
+        return
     verb = f"Stopped at step {frame.round}" if frame.stopped else "Done"
     status = (f"{verb} in {time.perf_counter() - started:.1f} s on {clean(describe(predictor))}{cold}.  \n"
               + render.summary(frame.traces, outside))

@@ -13,6 +13,7 @@ import visuals
 from dico.models import EMBEDDED_NAME
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHOD_LABELS, METHODS, MODES
 from dico_ui import handlers as h
+from dico_ui.about import about_text
 from dico_ui.models import model_choices
 from dico_ui.render import TABLE_COLUMNS
 from dico_ui.request import CONTROLS, DEFAULT_METHODS, MAX_GEN_LENGTH, group_label
@@ -142,7 +143,7 @@ def build_demo() -> gr.Blocks:
                 gr.Plot(bench_figure, show_label=False, elem_id="bench-plot")
                 gr.Markdown(bench_table, elem_id="bench-table")
             with gr.Tab("About", id="about-tab"):
-                about = gr.Markdown(h.about_text([]), elem_id="about")
+                about = gr.Markdown(about_text([]), elem_id="about")
         # The API's inputs: plain values the handler checks itself (a choice component would reject a bad value
         # inside gradio, with a logged traceback and gradio's wording instead of the library's).
         api_inputs = [gr.Textbox(visible=False), gr.Textbox(visible=False), gr.Textbox(visible=False),

@@ -1,0 +1,60 @@
+"""The About text: ``assets/ui/about.md`` with the run's numbers filled in (where each method's parallelism
+comes from) and the settings tables generated from the same Specs as the controls."""
+from __future__ import annotations
+
+import string
+
+from dico.models import EMBEDDED_NAME
+from dico.trace import BUNDLE_SCHEMA, Trace
+from dico_ui import render
+from dico_ui.request import CONTROLS, group_label
+from dico_ui.text import clean, prose
+
+
+def about_text(traces: list[Trace], outside: str = "") -> str:
+    """assets/ui/about.md with the run's numbers filled in: where each method's parallelism comes from."""
+    values = dict(bundle_schema=BUNDLE_SCHEMA, embedded=EMBEDDED_NAME, run="", numbers="", lessons="",
+                  settings=settings_tables())
+    if traces:
+        rows = [render.parallelism(t) for t in render.method_order(traces)]
+        values["run"] = "The numbers below are those of the run on screen: " + render.run_caption(traces[0]) + "."
+        values["numbers"] = "\n".join(
+            ["| method | steps | answer complete at step | answer / padding tokens | answer tokens per step "
+             "| tokens per step | largest step: answer + padding | steps that committed only padding |",
+             "|---|---|---|---|---|---|---|---|"] +
+            [f"| {r['label']} | {r['nfe']} | {r['answer_nfe']} | {r['answer']} / {r['padding']} | "
+             f"{r['answer_per_step']} | {r['tokens_per_step']} | {r['biggest'][1]} + {r['biggest'][2]} | "
+             f"{r['padding_only']} |" for r in rows])
+        values["lessons"] = "\n".join(f"- {lesson(r)}" for r in rows) + \
+            (f"\n\n⚠ {clean(outside)}" if outside else "")
+    return string.Template(prose("about.md")).safe_substitute(values)
+
+
+def settings_tables() -> str:
+    """The About text's settings: one table per group of generated controls (the shared sampling options once)."""
+    groups: dict[str, list] = {}
+    for group, spec in CONTROLS:
+        groups.setdefault(group, []).append(spec)
+    out = []
+    for group, group_specs in groups.items():
+        rows = ["| setting | default | allowed | paper / authors' code | what it does |", "|---|---|---|---|---|"]
+        for s in group_specs:
+            allowed = " / ".join(s.choices) if s.choices else ("on / off" if s.type is bool else s.interval())
+            origin = "; ".join(f"{k}: {v}" for k, v in (("paper", s.paper), ("code", s.code)) if v is not None)
+            rows.append(f"| `{s.name}` | {s.default} | {allowed} | {origin or 'same'} | {s.help} |")
+        out.append(f"**{group_label(group)}**\n\n" + "\n".join(rows))
+    return "\n\n".join(out)
+
+
+def lesson(r: dict) -> str:
+    """Where one run's parallelism came from, in one sentence with its numbers."""
+    head = (f"**{r['label']}** took {r['nfe']} steps and completed the answer ({r['answer']} tokens) at step "
+            f"{r['answer_nfe']}: {r['answer_per_step']} answer tokens per step, {r['tokens_per_step']} tokens per "
+            f"step counting the {r['padding']} padding positions.")
+    phases = r["phases"]
+    if r["method"] == "dico":
+        parts = [f"{name} {a} answer + {p} padding in {n} steps" for name, (n, a, p) in phases.items()]
+        return head + " By phase: " + "; ".join(parts) + "."
+    if r["padding_only"]:
+        return head + f" {r['padding_only']} of its steps committed only padding."
+    return head
