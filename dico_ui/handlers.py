@@ -20,22 +20,9 @@ import visuals
 from dico.trace import MAX_JSON_BYTES, Trace, bundle_json, read_traces
 from dico_ui import render
 from dico_ui.about import about_text
-from dico_ui.models import (
-    EMBEDDED_NAME,
-    HUB_MODELS,
-    describe,
-    get_predictor,
-    gpu,
-    is_warm,
-    mark_warm,
-)
+from dico_ui.models import EMBEDDED_NAME, HUB_MODELS, describe, get_predictor, gpu, is_warm, mark_warm
 from dico_ui.race import Frame, race, replay
-from dico_ui.request import (
-    build_request,
-    check,
-    settings_from_controls,
-    settings_from_json,
-)
+from dico_ui.request import build_request, check, settings_from_controls, settings_from_json
 from dico_ui.text import clean
 
 log = logging.getLogger("dico_ui")

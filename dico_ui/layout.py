@@ -11,13 +11,7 @@ import gradio as gr
 
 import visuals
 from dico.models import EMBEDDED_NAME
-from dico.settings import (
-    DEFAULT_BLOCK_LENGTH,
-    DEFAULT_GEN_LENGTH,
-    METHOD_LABELS,
-    METHODS,
-    MODES,
-)
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHOD_LABELS, METHODS, MODES
 from dico_ui import handlers as h
 from dico_ui.about import about_text
 from dico_ui.models import model_choices

@@ -12,17 +12,8 @@ from dataclasses import dataclass, field
 
 from dico.loop import check_inputs, check_request
 from dico.models import EMBEDDED_NAME, MaskPredictor
-from dico.settings import (
-    DEFAULT_BLOCK_LENGTH,
-    DEFAULT_GEN_LENGTH,
-    METHODS,
-    NON_AR,
-    SEMI_AR,
-    SETTINGS,
-    own_specs,
-    sampling_specs,
-    settings_for,
-)
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, NON_AR, SEMI_AR, SETTINGS, own_specs, \
+    sampling_specs, settings_for
 from dico_ui.models import get_predictor
 from dico_ui.render import label
 
