@@ -101,12 +101,20 @@ def response_html(trace: Trace, k: int, token_text=None) -> str:
     return f'<div class="response" dir="auto">{"".join(parts).strip()}</div>'
 
 
-def lane_html(trace: Trace, k: int, state: str, token_text=None, round_: int | None = None) -> str:
-    """One method's card in the race: its step counter, its answer-complete moment and the response at step k."""
+ORDINALS = ("1st", "2nd", "3rd", "4th")
+
+
+def lane_html(trace: Trace, k: int, state: str, token_text=None, rank: int | None = None) -> str:
+    """One method's card in the race: its step counter, its answer-complete moment (and its place among the
+    methods whose answer is complete) and the response at step k."""
     steps = min(k + 1, len(trace.steps))
     done = answer_complete(trace, k, token_text)
-    flags = [f"step <b>{steps}</b>" + (f" of {trace.nfe}" if state != "decoding" and round_ is None else "")]
-    flags.append(f"answer complete at step <b>{done}</b>" if done is not None else "answer not complete yet")
+    flags = [f"step <b>{steps}</b>" + (f" of {trace.nfe}" if state != "decoding" else "")]
+    if done is None:
+        flags.append("answer not complete yet")
+    else:
+        place = f' <span class="place">{ORDINALS[rank]}</span>' if rank is not None and rank < len(ORDINALS) else ""
+        flags.append(f"answer complete at step <b>{done}</b>{place}")
     if state == "done":
         flags.append("finished")
     elif state == "stopped":
@@ -123,7 +131,10 @@ def lane_html(trace: Trace, k: int, state: str, token_text=None, round_: int | N
 def lanes_html(lanes: list[tuple[Trace, int, str]], token_text=None, banner: str = "") -> str:
     """Every method's card side by side, with the colour legend."""
     from dico_ui.text import prose
-    cards = "".join(lane_html(t, k, state, token_text) for t, k, state in lanes)
+    complete = [answer_complete(t, k, token_text) for t, k, _ in lanes]
+    order = sorted({c for c in complete if c is not None})
+    cards = "".join(lane_html(t, k, state, token_text, None if c is None else order.index(c))
+                    for (t, k, state), c in zip(lanes, complete))
     return f'{banner}<div class="race">{cards}</div>{prose("legend.html")}' if lanes else banner
 
 

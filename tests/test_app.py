@@ -115,6 +115,8 @@ def test_answer_complete_is_the_traces_answer_nfe(finished):
     lanes = finished[1]["answers"]
     for trace in finished[1]["traces"]:
         assert f"answer complete at step <b>{trace.answer_nfe}</b>" in lanes
+    first = min(t.answer_nfe for t in finished[1]["traces"])
+    assert f'answer complete at step <b>{first}</b> <span class="place">1st</span>' in lanes
 
 
 def test_comparison_and_about_quote_answer_and_padding(finished):
