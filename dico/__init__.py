@@ -4,13 +4,17 @@
     predictor = dico.load_model()              # the embedded model; or "GSAI-ML/LLaDA-8B-Instruct" on a GPU
     trace = dico.generate(predictor, "Tom has 5 apples. He buys 3 more. How many apples does Tom have now?",
                           method="dico", mode="non-ar", gen_length=96)
-    print(trace.text, trace.nfe)
+    print(trace.text, trace.nfe, trace.answer_nfe)
+
+    for trace, step in dico.decode(predictor, prompt, "dico"): ...      # one step at a time (stream, stop, race)
+    traces = dico.generate_batch(predictor, prompts, "dico", batch_size=8)   # many prompts per forward pass
 """
 import importlib
 
 # Lazy exports: ``import dico.trace`` (the figures' only dependency) must not pull in torch.
 _EXPORTS = {
     "Decoding": "dico.loop", "decode": "dico.loop", "generate": "dico.loop",
+    "decode_batch": "dico.batch", "generate_batch": "dico.batch",
     "EMBEDDED_NAME": "dico.models", "MaskPredictor": "dico.models", "ModelError": "dico.models",
     "from_module": "dico.models", "load_model": "dico.models",
     "make_rule": "dico.rules", "METHODS": "dico.settings", "DiCoSettings": "dico.settings",
