@@ -151,6 +151,19 @@ def test_bad_values_get_a_clear_message_and_toasts_keep_their_direction(watched_
     expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
 
 
+def test_a_hub_model_that_cannot_load_says_so_and_the_embedded_model_stays(watched_page, artifacts):
+    import dico_ui.models
+    if dico_ui.models.gpu_available():
+        pytest.skip("this machine has a GPU: the hub model would start downloading")
+    page = watched_page
+    page.locator("#model input").click()
+    page.get_by_role("option", name="LLaDA-8B-Instruct").click()
+    expect(page.locator(".toast-body").first).to_contain_text("embedded model dico-tiny keeps working")
+    expect(page.locator("#model-note")).to_contain_text("could not be loaded here")
+    expect(page.locator("#model input")).to_have_value("dico-tiny (embedded, runs anywhere)")
+    page.screenshot(path=str(artifacts / "hub-model.png"))
+
+
 def test_replay_the_race_from_the_traces_on_screen(watched_page):
     page = watched_page
     expect(lanes(page)).to_have_count(3)
