@@ -214,7 +214,8 @@ def stop(request: gr.Request):
             if lane.state == "done"]
     lanes = [(lane.trace, lane.k, "stopped" if lane.state == "decoding" else lane.state) for lane in frame.lanes
              if lane.trace is not None]
-    return (f"Stopped at step {frame.round}." + (" " + "; ".join(done) + "." if done else "")
+    at = max((lane.k + 1 for lane in frame.lanes), default=0)     # the race may be inside a round: read its lanes
+    return (f"Stopped at step {at}." + (" " + "; ".join(done) + "." if done else "")
             + " The partial answers stay on screen; press Run to start again.",
             render.lanes_html(lanes, token_text, banner(outside)))
 

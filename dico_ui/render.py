@@ -109,7 +109,7 @@ def lane_html(trace: Trace, k: int, state: str, token_text=None, rank: int | Non
     methods whose answer is complete) and the response at step k."""
     steps = min(k + 1, len(trace.steps))
     done = answer_complete(trace, k, token_text)
-    flags = [f"step <b>{steps}</b>" + (f" of {trace.nfe}" if state != "decoding" else "")]
+    flags = [f"step <b>{steps}</b>" + (f" of {trace.nfe}" if state == "done" else "")]
     if done is None:
         flags.append("answer not complete yet")
     else:
