@@ -30,7 +30,7 @@ RESULTS = ("status", "answers", "trajectory", "phases", "clusters", "side_by_sid
            "step_run", "step", "step_view", "step_text", "download", "about", "traces")
 EXAMPLE_RUN = Path(__file__).resolve().parent.parent / "assets" / "ui" / "example_run.json"
 DOWNLOADS = Path(tempfile.gettempdir()) / "dico-explorer"
-STREAM_INTERVAL = 0.1       # s between streamed frames: enough to watch, few enough for a slow connection
+STREAM_INTERVAL = 0.15      # s between streamed frames: enough to watch, few enough for a slow connection
 MAX_SPEED = 50              # replay speed limit, steps per second
 _live: dict[str, Frame] = {}      # session -> the race on screen (what Stop reports)
 _stops: dict[str, bool] = {}      # session -> Stop pressed
@@ -197,7 +197,12 @@ def run_ui(request: gr.Request, prompt, model, mode, gen_length, block_length, m
 
 @friendly("Cannot run")
 def run_api(request: gr.Request, prompt, model, mode, gen_length, block_length, methods, settings, capture_attention):
-    """API ``/run``: settings as one JSON object ``{"dico": {...}, "fast": {...}}``; missing ones keep defaults."""
+    """API ``/run``: the settings as one JSON object (a dict or its JSON text), one entry per method; settings left
+    out keep their defaults::
+
+        Client(url).predict(prompt, "dico-tiny", "non-ar", 96, 32, ["vanilla", "fast", "dico"],
+                            {"fast": {"threshold": 0.9}}, True, api_name="/run")
+    """
     yield from _stream(request, lambda: build_request(prompt, model, mode, gen_length, block_length, methods,
                                                       settings_from_json(settings), capture_attention))
 
