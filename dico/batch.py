@@ -19,12 +19,11 @@ from collections.abc import Generator, Sequence
 
 import torch
 
-from dico.loop import Decoding, check_request
+from dico.loop import Decoding, check_request, fold_settings
 from dico.models import MaskPredictor
-from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, NON_AR, SEMI_AR, Settings
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, NON_AR, SEMI_AR
 
 DEFAULT_BATCH_SIZE = 8
-_OPTIONS = ("mode", "gen_length", "block_length", "settings", "capture_attention")
 
 
 def decode_batch(predictor: MaskPredictor, prompts: Sequence[str], method: str = "dico", *,
@@ -38,7 +37,7 @@ def decode_batch(predictor: MaskPredictor, prompts: Sequence[str], method: str =
     """
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size: must be a whole number >= 1, got {batch_size!r}")
-    options = _fold_settings(options)
+    options = fold_settings(options)
     mode, gen_length = options.get("mode", NON_AR), options.get("gen_length", DEFAULT_GEN_LENGTH)
     block_length = options.get("block_length", DEFAULT_BLOCK_LENGTH) if mode == SEMI_AR else None
     # every prompt checked before any row runs; rows of similar length decode together, so little is padding
@@ -79,12 +78,19 @@ def generate_batch(predictor: MaskPredictor, prompts: Sequence[str], method: str
                    batch_size: int = DEFAULT_BATCH_SIZE, **options) -> list:
     """Decode every prompt with ``method``, ``batch_size`` rows per forward pass; the traces in prompt order,
     each identical (commits, tokens, NFE, text) to ``dico.generate`` on that prompt alone."""
-    steps = decode_batch(predictor, prompts, method, batch_size=batch_size, **options)
+    return drain(decode_batch(predictor, prompts, method, batch_size=batch_size, **options))
+
+
+def drain(runs: Generator, on_finish=None) -> list:
+    """Run a ``decode_batch`` generator to its end and return its traces; ``on_finish()`` is called as each row
+    completes (a progress bar's tick)."""
     while True:
         try:
-            next(steps)
+            _, _, step = next(runs)
         except StopIteration as end:
             return end.value
+        if on_finish is not None and step.unmasked_fraction == 1.0:
+            on_finish()
 
 
 def _forward(predictor: MaskPredictor, active, ids: torch.Tensor, mask: torch.Tensor, attend: bool):
@@ -92,17 +98,6 @@ def _forward(predictor: MaskPredictor, active, ids: torch.Tensor, mask: torch.Te
     guidance masks each row's own prompt exactly as a single decode's pass does."""
     sampler = active[0][1].sampler
     return sampler.logits(predictor, ids, [run.m for _, run in active], attentions=attend, attention_mask=mask)
-
-
-def _fold_settings(options: dict) -> dict:
-    """Keyword settings (``threshold=0.9``) folded into ``settings``, as ``dico.generate`` accepts them."""
-    loose = {k: v for k, v in options.items() if k not in _OPTIONS}
-    kept = {k: v for k, v in options.items() if k in _OPTIONS}
-    if loose:
-        base = kept.get("settings")
-        base = base.to_dict() if isinstance(base, Settings) else dict(base or {})
-        kept["settings"] = {**base, **loose}
-    return kept
 
 
 def _pad_id(predictor: MaskPredictor) -> int:

@@ -77,7 +77,7 @@ def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batc
     """Decode every item with every config (Vanilla first, as the reference) and return one row per cell."""
     from tqdm import tqdm
 
-    from dico.batch import decode_batch
+    from dico.batch import decode_batch, drain
 
     configs = [TABLE[0]] + [c for c in configs if c[1] != "vanilla"]
     items = {family: tasks.make_split(family, "test", n_items) for family in families}
@@ -90,14 +90,7 @@ def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batc
         runs = decode_batch(predictor, [item.prompt for item in items[cell.task]], cell.method, batch_size=batch_size,
                             mode=cell.mode, gen_length=cell.gen_length, block_length=cell.block_length,
                             settings=cell.settings)
-        while True:
-            try:
-                _, _, step = next(runs)
-            except StopIteration as end:
-                traces = end.value
-                break
-            if step.unmasked_fraction == 1.0:          # a row just finished
-                bar.update(1)
+        traces = drain(runs, lambda: bar.update(1))
         cell.wall = time.perf_counter() - start
         cell.n = len(traces)
         cell.correct = sum(tasks.check(item, trace.text) for item, trace in zip(items[cell.task], traces))

@@ -82,7 +82,7 @@ class DiCoLM(LM):
         as in the paper's lm-eval runs."""
         from tqdm import tqdm
 
-        from dico.batch import decode_batch
+        from dico.batch import decode_batch, drain
 
         contexts = [request.args[0] for request in requests]
         if self.world_size > 1:
@@ -90,14 +90,7 @@ class DiCoLM(LM):
         runs = decode_batch(self.predictor, contexts, self.method, batch_size=self.batch_size, mode=self.mode,
                             gen_length=self.gen_length, block_length=self.block_length, settings=self.settings)
         bar = tqdm(total=len(contexts), desc=f"dico {self.method}", disable=disable_tqdm or self.rank != 0)
-        while True:
-            try:
-                _, _, step = next(runs)
-            except StopIteration as end:
-                traces = end.value
-                break
-            if step.unmasked_fraction == 1.0:       # a row just finished
-                bar.update(1)
+        traces = drain(runs, lambda: bar.update(1))
         bar.close()
         answers = []
         for request, trace in zip(requests, traces):

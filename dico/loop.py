@@ -224,7 +224,7 @@ def decode(predictor: MaskPredictor, prompt: str, method: str = "dico", **option
     setting of the method as a keyword (``name=value``). The generator returns the finished trace; closing
     it early finishes the partial trace with ``stopped=True`` (the caller still holds it).
     """
-    run = Decoding(predictor, prompt, method, **_split_settings(method, options))
+    run = Decoding(predictor, prompt, method, **fold_settings(options))
     try:
         while not run.done:
             t0 = time.perf_counter()
@@ -248,7 +248,7 @@ def generate(predictor: MaskPredictor, prompt: str, method: str = "dico", **opti
 _OPTIONS = ("mode", "gen_length", "block_length", "settings", "capture_attention")
 
 
-def _split_settings(method: str, options: dict) -> dict:
+def fold_settings(options: dict) -> dict:
     """Keyword settings (``name=value``) folded into ``settings``, so both spellings reach the rule."""
     loose = {k: v for k, v in options.items() if k not in _OPTIONS}
     kept = {k: v for k, v in options.items() if k in _OPTIONS}

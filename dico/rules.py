@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 
 from dico.sampling import DREAM_RANKS
-from dico.settings import (DiCoSettings, FastFactorSettings, FastSettings, NON_AR, Settings, VanillaSettings,
+from dico.settings import (FastFactorSettings, FastSettings, NON_AR, Settings, VanillaSettings,
                            settings_for)
 
 DREAM_EPS = 1e-3        # Dream's timesteps run from 1 down to this

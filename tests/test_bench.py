@@ -1,6 +1,5 @@
 """The benchmark on a tiny subset: rows name the method and its label, carry answer NFE and a Wilson interval,
 and two lengths decode side by side in one run; the README shows exactly the shipped tables."""
-import json
 import os
 import subprocess
 import sys
