@@ -22,8 +22,8 @@ def about_text(traces: list[Trace], outside: str = "") -> str:
             ["| method | steps | answer complete at step | answer / padding tokens | answer tokens per step "
              "| tokens per step | largest step: answer + padding | steps that committed only padding |",
              "|---|---|---|---|---|---|---|---|"] +
-            [f"| {r['label']} | {r['nfe']} | {r['answer_nfe']} | {r['answer']} / {r['padding']} | "
-             f"{r['answer_per_step']} | {r['tokens_per_step']} | {r['biggest'][1]} + {r['biggest'][2]} | "
+            [f"| {r['label']} | {r['nfe']} | {r['answer_nfe'] or '—'} | {r['answer']} / {r['padding']} | "
+             f"{r['answer_per_step'] or '—'} | {r['tokens_per_step']} | {r['biggest'][1]} + {r['biggest'][2]} | "
              f"{r['padding_only']} |" for r in rows])
         values["lessons"] = "\n".join(f"- {lesson(r)}" for r in rows) + \
             (f"\n\n⚠ {clean(outside)}" if outside else "")
@@ -48,6 +48,8 @@ def settings_tables() -> str:
 
 def lesson(r: dict) -> str:
     """Where one run's parallelism came from, in one sentence with its numbers."""
+    if r["answer_nfe"] is None:
+        return f"**{r['label']}** was stopped at step {r['nfe']}, before its answer was complete."
     head = (f"**{r['label']}** took {r['nfe']} steps and completed the answer ({r['answer']} tokens) at step "
             f"{r['answer_nfe']}: {r['answer_per_step']} answer tokens per step, {r['tokens_per_step']} tokens per "
             f"step counting the {r['padding']} padding positions.")

@@ -32,8 +32,11 @@ EXAMPLE_RUN = Path(__file__).resolve().parent.parent / "assets" / "ui" / "exampl
 DOWNLOADS = Path(tempfile.gettempdir()) / "dico-explorer"
 STREAM_INTERVAL = 0.15      # s between streamed frames: enough to watch, few enough for a slow connection
 MAX_SPEED = 50              # replay speed limit, steps per second
-_live: dict[str, Frame] = {}      # session -> the race on screen (what Stop reports)
-_stops: dict[str, bool] = {}      # session -> Stop pressed
+# Stop is cooperative: a run stops when its session pressed Stop after the run was asked for (its click, or its
+# start for API calls); a run still queued when Stop was pressed ends as soon as it starts. No thread is killed.
+_clicks: dict[str, float] = {}    # session -> when Run (or Replay) was last clicked
+_stops: dict[str, float] = {}     # session -> when Stop was last pressed
+_live: dict[str, Frame] = {}      # session -> the race on screen
 
 
 # ============================================================================ errors
@@ -127,18 +130,38 @@ def write_bundle(traces: list[Trace]) -> str:
 # ============================================================================ the run
 
 @gpu
-def decode_race(req, session: str):
+def decode_race(req, session: str, since: float):
     """The only function that runs the model (on ZeroGPU it gets the GPU; its arguments are plain data)."""
     predictor = get_predictor(req.model)
-    yield from race(predictor, req, should_stop=lambda: _stops.get(session, False))
+    yield from race(predictor, req, should_stop=lambda: stopped_since(session, since))
 
 
 def _session(request) -> str:
     return getattr(request, "session_hash", None) or "local"
 
 
+def clicked(request: gr.Request):
+    """Run or Replay was clicked (before the queue): a Stop after this moment stops that run, queued or running."""
+    _clicks[_session(request)] = time.monotonic()
+
+
+def stopped_since(session: str, since: float) -> bool:
+    return _stops.get(session, float("-inf")) >= since
+
+
+def _asked(session: str) -> float:
+    """When the run starting now was asked for: its click, or now (API calls have no click)."""
+    return _clicks.pop(session, None) or time.monotonic()
+
+
 def _stream(request, make_request):
     """Clear the page, check the request, stream the race, then draw everything from the traces."""
+    session = _session(request)
+    since = _asked(session)
+    if stopped_since(session, since):
+        yield ("Stopped before it started: Stop was pressed while this run waited in the queue.",) + \
+            tuple(gr.skip() for _ in RESULTS[1:])
+        return
     yield cleared("Checking the request…")
     try:
         req = make_request()
@@ -148,16 +171,14 @@ def _stream(request, make_request):
         raise
     for warning in warnings:
         gr.Warning(clean(warning))
-    session = _session(request)
-    _stops[session] = False
     token_text = functools.lru_cache(maxsize=None)(predictor.token_text)
     skip = tuple(gr.skip() for _ in RESULTS[2:])
     cold = "" if is_warm(req.model) else " (first run on this model: its timing includes warming up)"
     started, shown = time.perf_counter(), 0.0
     frame = None
     try:
-        for frame in decode_race(req, session):
-            _live[session] = frame, token_text, outside
+        for frame in decode_race(req, session, since):
+            _live[session] = frame
             if frame.finished or time.perf_counter() - shown < STREAM_INTERVAL:
                 continue
             shown = time.perf_counter()
@@ -166,12 +187,12 @@ def _stream(request, make_request):
                 + skip
     finally:
         _live.pop(session, None)
-        _stops.pop(session, None)
     mark_warm(req.model)
     if not frame.traces:
         yield cleared("Stopped before the first step.")
         return
-    verb = f"Stopped at step {frame.round}" if frame.stopped else "Done"
+    verb = (f"Stopped at step {frame.round}; the partial answers and figures stay on screen, press Run to start "
+            "again. Ran" if frame.stopped else "Done")
     status = (f"{verb} in {time.perf_counter() - started:.1f} s on {clean(describe(predictor))}{cold}.  \n"
               + render.summary(frame.traces, outside))
     yield results(frame.traces, status, outside)
@@ -208,21 +229,13 @@ def run_api(request: gr.Request, prompt, model, mode, gen_length, block_length, 
 
 
 def stop(request: gr.Request):
-    """Stop: the running race of this session ends after its current step (queued runs are cancelled by the
-    event's ``cancels``); the status says where it stopped, the partial answers stay on screen."""
+    """Stop: this session's running race ends after its current round and draws what it has (status "Stopped at
+    step k", partial answers and figures); a run or replay still queued ends as soon as it starts."""
     session = _session(request)
-    _stops[session] = True
-    if session not in _live:
-        return "Stopped: nothing of yours was decoding; a queued run is cancelled before it starts.", gr.skip()
-    frame, token_text, outside = _live[session]
-    done = [f"{render.label(lane.method)} finished at step {lane.k + 1}" for lane in frame.lanes
-            if lane.state == "done"]
-    lanes = [(lane.trace, lane.k, "stopped" if lane.state == "decoding" else lane.state) for lane in frame.lanes
-             if lane.trace is not None]
-    at = max((lane.k + 1 for lane in frame.lanes), default=0)     # the race may be inside a round: read its lanes
-    return (f"Stopped at step {at}." + (" " + "; ".join(done) + "." if done else "")
-            + " The partial answers stay on screen; press Run to start again.",
-            render.lanes_html(lanes, token_text, banner(outside)))
+    _stops[session] = time.monotonic()
+    if session in _live:
+        return "Stopping after the current step…"
+    return "Stopped: nothing of yours was decoding; a queued run is cancelled before it starts."
 
 
 # ============================================================================ replays, step view, models
@@ -256,14 +269,19 @@ def first_impression():
 
 
 @friendly("Cannot replay the race")
-def replay_race(traces, speed):
-    """The race of the traces on screen again, at ``speed`` steps per second."""
+def replay_race(request: gr.Request, traces, speed):
+    """The race of the traces on screen again, at ``speed`` steps per second; Stop ends it."""
+    session = _session(request)
+    since = _asked(session)
     if not traces:
         raise ValueError("replay: there is no run on screen yet; press Run first")
     speed = float(speed or 0)
     if not 0 < speed <= MAX_SPEED:
         raise ValueError(f"speed: must be in (0, {MAX_SPEED}] steps per second, got {speed:g}")
     for frame in replay(render.method_order(traces)):
+        if stopped_since(session, since):
+            yield f"Replay stopped at step {frame.round}.", gr.skip()
+            return
         lanes = [(lane.trace, lane.k, lane.state) for lane in frame.lanes]
         yield f"Replaying the race: step {frame.round}" + (" (end)" if frame.finished else ""), \
             render.lanes_html(lanes)

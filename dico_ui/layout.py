@@ -68,6 +68,11 @@ def benchmark_view(path: Path = BENCH_TABLE) -> tuple:
         "own, not the paper's.")
 
 
+def stamp(trigger):
+    """``trigger`` (a click or submit) first records its moment, outside the queue."""
+    return trigger(h.clicked, None, None, queue=False, show_api=False)
+
+
 def build_demo() -> gr.Blocks:
     with gr.Blocks(theme=THEME, css=prose("style.css"), title="DiCo Explorer", delete_cache=(1800, 3600)) as demo:
         traces_state = gr.State([])
@@ -154,16 +159,17 @@ def build_demo() -> gr.Blocks:
         outputs = [status, answers, trajectory, phases, clusters, side_by_side, masked, table, attention, step_run,
                    step, step_view, step_text, download, about, traces_state]
         base = [prompt, model, mode, gen_length, block_length, methods]
-        # always_last: Run pressed while a cancelled run is still winding down starts once that one ends (the
+        # always_last: Run pressed while a stopped run is still winding down starts once that one ends (the
         # default, "once", would drop the click).
         live = dict(show_progress="minimal", show_progress_on=[status], concurrency_limit=2, concurrency_id="decode",
                     trigger_mode="always_last")
-        runs = [run_btn.click(h.run_ui, base + [capture_attention] + controls, outputs, show_api=False, **live),
-                prompt.submit(h.run_ui, base + [capture_attention] + controls, outputs, show_api=False, **live),
-                api_run.click(h.run_api, api_inputs, outputs, api_name="run", **live),
-                replay_btn.click(h.replay_race, [traces_state, speed], [status, answers], show_api=False,
-                                 show_progress="hidden", concurrency_limit=4)]
-        stop_btn.click(h.stop, None, [status, answers], cancels=runs, queue=False, show_api=False)
+        # Each click is stamped before it queues, so Stop can end a run that is still waiting (see handlers.stop).
+        for trigger in (run_btn.click, prompt.submit):
+            stamp(trigger).then(h.run_ui, base + [capture_attention] + controls, outputs, show_api=False, **live)
+        stamp(replay_btn.click).then(h.replay_race, [traces_state, speed], [status, answers], show_api=False,
+                                     show_progress="hidden", concurrency_limit=4, trigger_mode="always_last")
+        api_run.click(h.run_api, api_inputs, outputs, api_name="run", **live)
+        stop_btn.click(h.stop, None, [status], queue=False, show_api=False)
         upload.upload(h.replay_upload, [upload], outputs, api_name="replay", show_progress="minimal")
         step.change(h.show_step, [step_run, step, traces_state], [step_view, step_text], show_api=False,
                     show_progress="hidden", concurrency_limit=4)

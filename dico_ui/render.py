@@ -141,7 +141,9 @@ def lanes_html(lanes: list[tuple[Trace, int, str]], token_text=None, banner: str
 # ----------------------------------------------------------------------------- numbers of a run
 
 def parallelism(trace: Trace) -> dict:
-    """Where a run's tokens per step come from: answer commits and padding commits, per run and per phase."""
+    """Where a run's tokens per step come from: answer commits and padding commits, per run and per phase.
+    ``answer_nfe`` is None for a run stopped before its answer was complete."""
+    complete = answer_complete(trace, trace.nfe - 1) if trace.steps else None
     decoded = sum(len(s.committed) for s in trace.steps)
     biggest = max(trace.steps, key=lambda s: len(s.committed), default=None)
     phases: dict[str, list[int]] = {}
@@ -150,9 +152,10 @@ def parallelism(trace: Trace) -> dict:
         row[0] += 1
         row[1] += len(trace.answer_commits(s))
         row[2] += len(trace.padding_commits(s))
-    return dict(method=trace.method, label=label(trace.method), nfe=trace.nfe, answer_nfe=trace.answer_nfe,
-                answer=trace.answer_length, padding=trace.gen_length - trace.answer_length,
-                answer_per_step=round(trace.answer_length / trace.answer_nfe, 2) if trace.answer_nfe else 0.0,
+    return dict(method=trace.method, label=label(trace.method), nfe=trace.nfe, answer_nfe=complete,
+                answer=trace.answer_length if complete is not None else None,
+                padding=trace.gen_length - trace.answer_length if complete is not None else None,
+                answer_per_step=round(trace.answer_length / complete, 2) if complete else None,
                 tokens_per_step=round(decoded / trace.nfe, 2) if trace.nfe else 0.0,
                 biggest=(biggest.index, len(trace.answer_commits(biggest)), len(trace.padding_commits(biggest)))
                 if biggest else (0, 0, 0),
@@ -208,11 +211,13 @@ def summary(traces: list[Trace], outside: str = "") -> str:
         return "No runs yet."
     rows = [parallelism(t) for t in method_order(traces)]
     parts = ["**Answer complete at step**: " + "; ".join(
-        f"{r['label']} {r['answer_nfe']} of {r['nfe']}" for r in rows) + "."]
-    tail = [f"{r['label']} its last {r['nfe'] - r['answer_nfe']}" for r in rows if r["answer_nfe"] < r["nfe"]]
+        f"{r['label']} {r['answer_nfe']} of {r['nfe']}" if r["answer_nfe"] is not None else
+        f"{r['label']} not complete (stopped at step {r['nfe']})" for r in rows) + "."]
+    tail = [f"{r['label']} its last {r['nfe'] - r['answer_nfe']}" for r in rows
+            if r["answer_nfe"] is not None and r["answer_nfe"] < r["nfe"]]
     if tail:
         parts.append("Steps spent on padding only, after the answer was complete: " + "; ".join(tail) + ".")
-    pad = max(rows, key=lambda r: r["padding"])
+    pad = max(rows, key=lambda r: r["padding"] or 0)
     if pad["padding"]:
         parts.append(f"Up to {pad['padding']} of the {traces[0].gen_length} positions are end-of-text padding "
                      f"({pad['label']}): tokens per step counts them, the answer-complete step does not.")
@@ -220,7 +225,7 @@ def summary(traces: list[Trace], outside: str = "") -> str:
     best = next((r for r in rows if r["method"] == "dico"), None)
     if outside:
         parts.append(f"⚠ {outside} Speed numbers say nothing about the quality of this answer.")
-    elif base and best and best["answer_nfe"]:
+    elif base and best and base["answer_nfe"] and best["answer_nfe"]:
         parts.append(f"DiCo completed the answer in {base['answer_nfe'] / best['answer_nfe']:.1f}× fewer forward "
                      "passes than Vanilla.")
     if any(t.stopped for t in traces):

@@ -138,15 +138,26 @@ def test_stop_ends_the_race_with_partial_answers_and_run_starts_again(app_module
     next(stream)                                     # cleared
     first_live = next(stream)
     assert "decoding…" in first_live[R["answers"]]
-    said, partial = h.stop(Session("stopper"))
-    assert said.startswith("Stopped at step") and lanes(partial) == 3 and "decoding…" not in partial
+    assert h.stop(Session("stopper")).startswith("Stopping")
     *_, last = stream
     result = dict(zip(h.RESULTS, last))
-    assert result["status"].startswith("Stopped at step")
-    assert all(t.stopped for t in result["traces"]) and lanes(result["answers"]) == 3
-    assert h.stop(Session("stopper"))[0].startswith("Stopped: nothing of yours was decoding")
+    assert result["status"].startswith("Stopped at step 1;")                  # it stopped at the next round
+    assert all(t.stopped and t.nfe == 1 for t in result["traces"]) and lanes(result["answers"]) == 3
+    assert "stopped at step 1" in result["answers"] and "decoding…" not in result["answers"]
+    assert result["trajectory"] is not None                                   # the partial run is drawn
+    assert "not complete (stopped at step 1)" in result["status"] and "fewer forward passes" not in result["status"]
+    assert h.stop(Session("stopper")).startswith("Stopped: nothing of yours was decoding")
     again = list(run(gen_length=16, session="stopper"))          # Run right after Stop: a new run
     assert again[-1][R["status"]].startswith("Done")
+
+
+def test_stop_ends_a_run_still_waiting_in_the_queue(app_module):
+    h.clicked(Session("queued"))           # Run clicked; the run waits in the queue...
+    h.stop(Session("queued"))              # ...and Stop is pressed before it starts
+    frames = list(run(session="queued"))
+    assert len(frames) == 1 and frames[0][R["status"]].startswith("Stopped before it started")
+    h.clicked(Session("queued"))           # the next click is a new run
+    assert list(run(gen_length=8, session="queued"))[-1][R["status"]].startswith("Done")
 
 
 def test_semi_ar_race_with_every_method(app_module, predictor):
@@ -235,12 +246,12 @@ def test_the_shipped_example_run_is_what_the_decoder_does(predictor):
 
 def test_replay_the_race_walks_the_same_frames(app_module):
     traces = h.read_traces(h.EXAMPLE_RUN.read_bytes())
-    frames = list(h.replay_race(traces, h.MAX_SPEED))
+    frames = list(h.replay_race(Session("replay"), traces, h.MAX_SPEED))
     assert len(frames) == max(t.nfe for t in traces) and frames[-1][0].endswith("(end)")
     assert frames[-1][1] == render.lanes_html([(t, t.nfe - 1, "done") for t in render.method_order(traces)])
     assert [f.round for f in replay(traces)] == list(range(1, len(frames) + 1))
     with pytest.raises(gr.Error, match="speed"):
-        list(h.replay_race(traces, 0))
+        list(h.replay_race(Session("replay"), traces, 0))
 
 
 def test_upload_replays_a_download_and_names_broken_fields(finished, tmp_path):

@@ -91,6 +91,7 @@ def test_stop_keeps_the_partial_answers_and_run_starts_again(watched_page, artif
     expect(lanes(page)).to_have_count(3)
     expect(page.locator("#answers")).to_contain_text("stopped at step")
     expect(page.locator("#answers .live")).to_have_count(0)
+    expect(page.locator("#trajectory-plot .js-plotly-plot")).to_be_visible()      # the partial run is drawn
     page.screenshot(path=str(artifacts / "stopped.png"))
     set_gen_length(page, 16)
     page.locator("#run").click()
@@ -109,11 +110,13 @@ def test_the_queue_position_shows_next_to_run(watched_page, app_url, artifacts, 
         page.locator("#run").click()
         expect(page.locator("#status .progress-text")).to_contain_text("queue", timeout=LONG)
         page.screenshot(path=str(artifacts / "queue.png"), clip={"x": 0, "y": 550, "width": 1400, "height": 250})
-        page.locator("#stop").click()                  # Stop while queued: the run is cancelled before it starts
+        page.locator("#stop").click()                  # Stop while queued: the run ends as soon as it starts
         expect(page.locator("#status")).to_contain_text("queued run is cancelled", timeout=LONG)
     finally:
         for job in busy:
             job.cancel()
+    expect(page.locator("#status")).to_contain_text("Stopped before it started", timeout=LONG)
+    expect(lanes(page)).to_have_count(3)                          # the example run is still on screen
     page.locator("#run").click()
     expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
 
