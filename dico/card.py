@@ -1,14 +1,21 @@
 """Measurements for the embedded model's card: capability, confidence profile, load and forward time.
 
-    python -m dico.card [--model assets/dico-tiny] [--items 500] [--json PATH]
+    python -m dico.card [--model assets/dico-tiny] [--items 500] [--profile-items 200] [--decode-items 200] [--json PATH]
+    python -m dico.card --curve runs/NAME --items 100      # every checkpoint snapshot of a run: curve.json, curve.md
 
-- Masked alone: each number (or, for word problems, each name and object) of the worked answer masked on
-  its own with everything else given: does the model copy and compute it?
+- Masked alone: each number (or, for word problems, each mention of the name and the object, every BPE piece
+  of it) of the worked answer masked on its own with everything else given: does the model copy and compute it?
+  Names and objects are measured separately on the word problems that use training words
+  (``name_object_accuracy_word``) and on those that use held-out words never seen in training
+  (``name_object_heldout_accuracy_word``).
 - Computed results: each equation result masked together with all its later mentions, so it must be
   computed from the operands rather than read back from the next step (and names and objects masked
-  with all later mentions, so they must come from the prompt).
+  with all later mentions, so they must come from the prompt: ``*_first_mention_*``).
 - Teacher-forced answer accuracy: the whole worked answer is given except the numbers of the final
   answer line, which are masked; one forward pass must predict them all.
+- Decoded (DiCo, non-AR, gen_length 96): exact accuracy and the stutter rate, the share of answers with a
+  word or number repeated right after itself ("Adding 3 3") where the worked answer has none.
+- The three prompts of issue 16 decoded with every method in both modes.
 - Confidence profile at the first decoding step (everything masked), per region of the response:
   the first 8 answer positions, the rest of the answer (content), the 10 positions after the true
   end (the end-of-text boundary) and the far end-of-text tail: mean confidence and share above 0.95.
@@ -149,21 +156,44 @@ def first_step_profile(predictor, items, gen_length=GEN_LENGTH) -> dict:
             for name, v in regions.items() if v}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dico.card", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=None)
-    parser.add_argument("--items", type=int, default=500)
-    parser.add_argument("--profile-items", type=int, default=200,
-                        help="items per family for the masked-alone measures and the confidence profile "
-                             "(names and objects: this many seen and this many held-out word problems)")
-    parser.add_argument("--decode-items", type=int, default=200,
-                        help="items per family decoded with DiCo non-AR for the stutter rate (0: skip)")
-    parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args(argv)
+# The three prompts of issue 16, as a new user typed them: each must decode right with every method in both modes.
+ISSUE_PROMPTS = [
+    tasks.Item("word", "Tom has 5 apples. He buys 3 more. How many apples does Tom have now?", "", "8",
+               ("Tom", "apples")),
+    tasks.Item("word", "Nora has 14 shells. She finds 5 more shells at the beach. Then she gives 3 shells to her "
+                       "brother. How many shells does Nora have now?", "", "16", ("Nora", "shells")),
+    tasks.Item("list", "Take the numbers 12, 5, 8, 1. Subtract 1 from each number.", "", "11, 4, 7, 0"),
+]
+
+
+def issue_prompts(predictor, gen_length=GEN_LENGTH, block_length=32) -> list[dict]:
+    """Decode the issue's prompts with every method, non-AR and semi-AR: right answer, and the name and object
+    copied (every word-problem entity appears in the text and no other list name or object does)."""
+    from dico.loop import generate
+    from dico.rules import METHODS
+
+    others = [w for w in tasks.NAMES + tasks.OBJECTS + tasks.HELD_OUT_NAMES + tasks.HELD_OUT_OBJECTS]
+    rows = []
+    for item in ISSUE_PROMPTS:
+        for mode in ("non-ar", "semi-ar"):
+            for method in METHODS:
+                trace = generate(predictor, item.prompt, method, mode=mode, gen_length=gen_length,
+                                 block_length=block_length if mode == "semi-ar" else None)
+                words = set(re.findall(r"[A-Za-z]+(?: cars)?", trace.text))
+                copied = all(e in trace.text for e in item.entities) and not any(
+                    w in words for w in others if w not in item.entities and w not in item.prompt)
+                rows.append({"prompt": item.prompt[:30], "mode": mode, "method": method,
+                             "right": tasks.check(item, trace.text), "copied": copied, "nfe": trace.nfe,
+                             "text": trace.text})
+    return rows
+
+
+def measure(model=None, items=500, profile_items=200, decode_items=200, prompts=True) -> dict:
+    """Every measure of the card for one model folder (None: the embedded model)."""
     from dico.models import load_model
 
     start = time.perf_counter()
-    predictor = load_model(args.model)
+    predictor = load_model(model)
     load_s = time.perf_counter() - start
     report = {"model": predictor.name, "load_s": round(load_s, 2)}
     item = tasks.make_split("word")[0]
@@ -180,16 +210,16 @@ def main(argv=None) -> int:
         predictor.forward(ids)
     report["forward_ms_gen256"] = round((time.perf_counter() - t) / 10 * 1000, 2)
     for family in tasks.FAMILIES:
-        split = tasks.make_split(family, "test", args.items)
-        probe = split[:args.profile_items]
+        split = tasks.make_split(family, "test", items)
+        probe = split[:profile_items]
         report[f"teacher_forced_{family}"] = round(teacher_forced(predictor, split), 4)
         report[f"number_accuracy_{family}"] = round(masked_alone_accuracy(predictor, probe), 4)
         report[f"computed_result_accuracy_{family}"] = round(masked_alone_accuracy(
             predictor, probe, after="=", with_later=True), 4)
         if family == "word":
             # every other held-out word problem uses held-out words (names, objects never in training)
-            seen = [i for i in split if not i.held_out][:args.profile_items]
-            unseen = [i for i in split if i.held_out][:args.profile_items]
+            seen = [i for i in split if not i.held_out][:profile_items]
+            unseen = [i for i in split if i.held_out][:profile_items]
             report["name_object_accuracy_word"] = round(masked_alone_accuracy(predictor, seen, "entities"), 4)
             report["name_object_first_mention_accuracy_word"] = round(
                 masked_alone_accuracy(predictor, seen, "entities", with_later=True), 4)
@@ -197,12 +227,73 @@ def main(argv=None) -> int:
                 masked_alone_accuracy(predictor, unseen, "entities"), 4)
             report["name_object_heldout_first_mention_accuracy_word"] = round(
                 masked_alone_accuracy(predictor, unseen, "entities", with_later=True), 4)
-        if args.decode_items:
-            run = decoded(predictor, split[:args.decode_items])
+        if decode_items:
+            run = decoded(predictor, split[:decode_items])
             report[f"stutter_rate_{family}"] = run["stutter_rate"]
             report[f"decoded_{family}"] = run
         report[f"profile_{family}"] = first_step_profile(predictor, probe)
-    report["items"] = {"teacher_forced": args.items, "probes": args.profile_items, "decoded": args.decode_items}
+    if prompts:
+        rows = issue_prompts(predictor)
+        report["issue_prompts"] = {"right": sum(r["right"] for r in rows), "copied": sum(r["copied"] for r in rows),
+                                   "runs": len(rows), "runs_detail": rows}
+    report["items"] = {"teacher_forced": items, "probes": profile_items, "decoded": decode_items}
+    return report
+
+
+CURVE_KEYS = ["computed_result_accuracy_word", "name_object_accuracy_word", "name_object_heldout_accuracy_word",
+              "name_object_first_mention_accuracy_word", "teacher_forced_word", "teacher_forced_list",
+              "stutter_rate_word"]
+
+
+def curve(run: str, items: int, prompts: bool = False) -> list[dict]:
+    """Measure every snapshot of a training run (RUN/snapshots/step-N, and RUN itself when its log says final)
+    not yet in RUN/curve.json; write curve.json and curve.md (measures against training minutes)."""
+    from pathlib import Path
+
+    run = Path(run)
+    path = run / "curve.json"
+    points = json.loads(path.read_text()) if path.exists() else []
+    done = {p["folder"] for p in points}
+    folders = sorted((run / "snapshots").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+    if (run / "train_log.json").exists() and json.loads((run / "train_log.json").read_text())["tag"] == "final":
+        folders.append(run)
+    for folder in folders:
+        if str(folder) in done:
+            continue
+        log = json.loads((folder / "train_log.json").read_text())
+        report = measure(str(folder), items, items, items, prompts)
+        points.append({"folder": str(folder), "step": log["step"], "minutes": log["minutes"],
+                       "loss_ema": log["loss_ema"], "items": items, **{k: report.get(k) for k in CURVE_KEYS},
+                       "decoded_word_dico": report["decoded_word"]["accuracy"],
+                       "decoded_list_dico": report["decoded_list"]["accuracy"]})
+        points.sort(key=lambda p: p["step"])
+        path.write_text(json.dumps(points, indent=1))
+        print(json.dumps(points[-1]), flush=True)
+    keys = ["step", "minutes", "loss_ema"] + CURVE_KEYS + ["decoded_word_dico", "decoded_list_dico"]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(str(p.get(k)) for k in keys) + " |" for p in points]
+    (run / "curve.md").write_text("\n".join(lines) + "\n")
+    return points
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dico.card", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--items", type=int, default=500)
+    parser.add_argument("--profile-items", type=int, default=200,
+                        help="items per family for the masked-alone measures and the confidence profile "
+                             "(names and objects: this many seen and this many held-out word problems)")
+    parser.add_argument("--decode-items", type=int, default=200,
+                        help="items per family decoded with DiCo non-AR for the stutter rate (0: skip)")
+    parser.add_argument("--no-prompts", action="store_true", help="skip decoding the issue-16 prompts")
+    parser.add_argument("--curve", metavar="RUN", help="measure every unmeasured snapshot of a training run with "
+                                                       "--items items for every measure")
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    if args.curve:
+        curve(args.curve, args.items)
+        return 0
+    report = measure(args.model, args.items, args.profile_items, args.decode_items, not args.no_prompts)
     print(json.dumps(report, indent=1))
     if args.json:
         with open(args.json, "w") as fh:
