@@ -245,7 +245,7 @@ CURVE_KEYS = ["computed_result_accuracy_word", "name_object_accuracy_word", "nam
               "stutter_rate_word"]
 
 
-def curve(run: str, items: int, prompts: bool = False) -> list[dict]:
+def curve(run: str, items: int, prompts: bool = False, decode_items: int = 0) -> list[dict]:
     """Measure every snapshot of a training run (RUN/snapshots/step-N, and RUN itself when its log says final)
     not yet in RUN/curve.json; write curve.json and curve.md (measures against training minutes)."""
     from pathlib import Path
@@ -261,11 +261,12 @@ def curve(run: str, items: int, prompts: bool = False) -> list[dict]:
         if str(folder) in done:
             continue
         log = json.loads((folder / "train_log.json").read_text())
-        report = measure(str(folder), items, items, items, prompts)
+        report = measure(str(folder), items, items, decode_items, prompts)
         points.append({"folder": str(folder), "step": log["step"], "minutes": log["minutes"],
-                       "loss_ema": log["loss_ema"], "items": items, **{k: report.get(k) for k in CURVE_KEYS},
-                       "decoded_word_dico": report["decoded_word"]["accuracy"],
-                       "decoded_list_dico": report["decoded_list"]["accuracy"]})
+                       "loss_ema": log["loss_ema"], "items": items, "decode_items": decode_items,
+                       **{k: report.get(k) for k in CURVE_KEYS},
+                       "decoded_word_dico": report.get("decoded_word", {}).get("accuracy"),
+                       "decoded_list_dico": report.get("decoded_list", {}).get("accuracy")})
         points.sort(key=lambda p: p["step"])
         path.write_text(json.dumps(points, indent=1))
         print(json.dumps(points[-1]), flush=True)
@@ -287,11 +288,12 @@ def main(argv=None) -> int:
                         help="items per family decoded with DiCo non-AR for the stutter rate (0: skip)")
     parser.add_argument("--no-prompts", action="store_true", help="skip decoding the issue-16 prompts")
     parser.add_argument("--curve", metavar="RUN", help="measure every unmeasured snapshot of a training run with "
-                                                       "--items items for every measure")
+                                                       "--items items for every one-pass measure and "
+                                                       "--decode-items decoded items (the issue prompts skipped)")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     if args.curve:
-        curve(args.curve, args.items)
+        curve(args.curve, args.items, decode_items=args.decode_items)
         return 0
     report = measure(args.model, args.items, args.profile_items, args.decode_items, not args.no_prompts)
     print(json.dumps(report, indent=1))

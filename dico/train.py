@@ -296,11 +296,11 @@ def main(argv=None) -> int:
         from transformers import AutoModelForMaskedLM, AutoTokenizer
         state = torch.load(out / "trainer_state.pt", weights_only=False)
         tokenizer = AutoTokenizer.from_pretrained(out)
-        model = AutoModelForMaskedLM.from_pretrained(out, torch_dtype=torch.float32)
+        model = AutoModelForMaskedLM.from_pretrained(out, dtype=torch.float32)
     elif args.init_from:
         from transformers import AutoModelForMaskedLM, AutoTokenizer
         tokenizer = AutoTokenizer.from_pretrained(args.init_from)
-        model = AutoModelForMaskedLM.from_pretrained(args.init_from, torch_dtype=torch.float32)
+        model = AutoModelForMaskedLM.from_pretrained(args.init_from, dtype=torch.float32)
     else:
         tokenizer = build_tokenizer(args.vocab_size)
         model = build_model(len(tokenizer), args.hidden, args.layers, args.heads, args.max_positions, args.position)

@@ -67,7 +67,7 @@ def test_unknown_family_is_named():
 
 
 def test_training_stream_favours_word_problems_and_drills_lists_past_twenty():
-    stream = tasks.train_stream(seed=5)
+    stream = tasks.train_stream(seed=5, copy_drills=False)
     items = [next(stream) for _ in range(1500)]
     words = sum(item.family == "word" for item in items)
     assert 0.6 < words / len(items) < 0.73
@@ -116,3 +116,13 @@ def test_the_data_gaps_of_issue_16_are_filled():
     assert 0.25 < sum(s > 20 for s in starts) / len(starts) < 0.45                # word problems start above 20
     assert any(re.search(r"\b(He|She) buys \d+ more\.", i.prompt) for i in words)  # "He buys 3 more."
     assert all(int(n) <= 200 for i in words + lists for n in re.findall(r"\d+", i.answer))
+
+
+def test_copy_drills_repeat_their_words_in_order_and_are_a_sixth_of_training():
+    stream = tasks.train_stream(seed=6)
+    items = [next(stream) for _ in range(1200)]
+    drills = [item for item in items if item.family == "copy"]
+    assert 0.12 < len(drills) / len(items) < 0.22
+    for item in drills:
+        assert item.target in item.prompt and item.answer.endswith(item.target + ".")
+        assert 2 <= len(item.entities) <= 5
