@@ -1,14 +1,21 @@
 """Measurements for the embedded model's card: capability, confidence profile, load and forward time.
 
-    python -m dico.card [--model assets/dico-tiny] [--items 500] [--json PATH]
+    python -m dico.card [--model assets/dico-tiny] [--items 500] [--profile-items 200] [--decode-items 200] [--json PATH]
+    python -m dico.card --curve runs/NAME --items 100      # every checkpoint snapshot of a run: curve.json, curve.md
 
-- Masked alone: each number (or, for word problems, each name and object) of the worked answer masked on
-  its own with everything else given: does the model copy and compute it?
+- Masked alone: each number (or, for word problems, each mention of the name and the object, every BPE piece
+  of it) of the worked answer masked on its own with everything else given: does the model copy and compute it?
+  Names and objects are measured separately on the word problems that use training words
+  (``name_object_accuracy_word``) and on those that use held-out words never seen in training
+  (``name_object_heldout_accuracy_word``).
 - Computed results: each equation result masked together with all its later mentions, so it must be
   computed from the operands rather than read back from the next step (and names and objects masked
-  with all later mentions, so they must come from the prompt).
+  with all later mentions, so they must come from the prompt: ``*_first_mention_*``).
 - Teacher-forced answer accuracy: the whole worked answer is given except the numbers of the final
   answer line, which are masked; one forward pass must predict them all.
+- Decoded (DiCo, non-AR, gen_length 96): exact accuracy and the stutter rate, the share of answers with a
+  word or number repeated right after itself ("Adding 3 3") where the worked answer has none.
+- The three prompts of issue 16 decoded with every method in both modes.
 - Confidence profile at the first decoding step (everything masked), per region of the response:
   the first 8 answer positions, the rest of the answer (content), the 10 positions after the true
   end (the end-of-text boundary) and the far end-of-text tail: mean confidence and share above 0.95.
@@ -37,6 +44,12 @@ def _layout(predictor, item, gen_length):
     return prompt, answer, response
 
 
+def _texts(predictor, ids) -> list[str]:
+    """Each token's text without its space marker (" 17" -> "17", BPE "Ġ=" -> "="; word-level tokens as they are)."""
+    tok = predictor.tokenizer
+    return [tok.convert_tokens_to_string([piece]).strip() for piece in tok.convert_ids_to_tokens(list(ids))]
+
+
 def teacher_forced(predictor, items, gen_length=GEN_LENGTH) -> float:
     """Share of items whose final-answer numbers are all right in one pass with the rest given."""
     right = 0
@@ -45,8 +58,8 @@ def teacher_forced(predictor, items, gen_length=GEN_LENGTH) -> float:
         tail = item.answer.rsplit(".", 2)[-2] if item.answer.endswith(".") else item.answer
         n_tail = len(predictor.tokenizer(tail, add_special_tokens=False)["input_ids"]) + 1   # final line + "."
         start = len(answer) - n_tail
-        numbers = [i for i in range(start, len(answer))
-                   if re.fullmatch(r"\d+", predictor.tokenizer.convert_ids_to_tokens(answer[i]))]
+        texts = _texts(predictor, answer)
+        numbers = [i for i in range(max(start, 0), len(answer)) if re.fullmatch(r"\d+", texts[i])]
         ids = torch.tensor([prompt + response])
         ids[0, [len(prompt) + i for i in numbers]] = predictor.mask_id
         logits, _ = predictor.forward(ids)
@@ -56,39 +69,75 @@ def teacher_forced(predictor, items, gen_length=GEN_LENGTH) -> float:
 
 
 NUMBER = re.compile(r"\d+")
-# Names and one-word objects of the word problems: copied from the prompt, never computed.
-ENTITY = re.compile("|".join(tasks.NAMES + [o for o in tasks.OBJECTS if " " not in o]))
 
 
-def masked_alone_accuracy(predictor, items, which: re.Pattern = NUMBER, gen_length=GEN_LENGTH, *,
+def _mentions(predictor, item) -> list[list[list[int]]]:
+    """Per entity of the item (name, object), the answer-token index lists of its mentions."""
+    from dico.train import entity_spans
+
+    return entity_spans(predictor.tokenizer, item.answer, item.entities)
+
+
+def masked_alone_accuracy(predictor, items, which: re.Pattern | str = NUMBER, gen_length=GEN_LENGTH, *,
                           after: str | None = None, with_later: bool = False) -> float:
-    """Share of the answer tokens matching ``which`` predicted right when each alone is masked, all else given.
+    """Share of the answer's numbers (or, with ``which="entities"``, name and object mentions) predicted right
+    when each alone is masked, all else given.
 
-    For numbers this is copy and arithmetic; for names and objects it is copying from the prompt alone.
-    ``after="="`` keeps only tokens right after that token (equation results). ``with_later`` also masks
-    every later occurrence of the same token, so nothing later in the answer gives it away: a result must
-    then be computed and a name copied from the prompt, which is the state confidence-ordered decoding
-    reaches when it leaves those tokens for last.
+    For numbers this is copy and arithmetic; for names and objects it is copying from the prompt: every token of
+    the mention is masked (a name may be several BPE pieces) and all must be right. ``after="="`` keeps only
+    numbers right after that token (equation results). ``with_later`` also masks every later mention of the same
+    number or entity, so nothing later in the answer gives it away: a result must then be computed and a name
+    copied from the prompt, which is the state confidence-ordered decoding reaches when it leaves those for last.
     """
     right = total = 0
     for item in items:
         prompt, answer, response = _layout(predictor, item, gen_length)
-        tokens = predictor.tokenizer.convert_ids_to_tokens(answer)
-        spots = [i for i, t in enumerate(tokens) if which.fullmatch(t) and (after is None or (i and tokens[i - 1] == after))]
-        if not spots:
+        answer = answer[:len(response)]
+        texts = _texts(predictor, answer)
+        units = []                                    # (positions to predict, positions to mask)
+        if which == "entities":
+            for mentions in _mentions(predictor, item):
+                for k, mention in enumerate(mentions):
+                    mention = [i for i in mention if i < len(answer)]
+                    if mention:
+                        later = [i for m in mentions[k:] for i in m if i < len(answer)] if with_later else mention
+                        units.append((mention, later))
+        else:
+            for i, text in enumerate(texts):
+                if which.fullmatch(text) and (after is None or (i and texts[i - 1] == after)):
+                    later = [j for j in range(i, len(answer)) if answer[j] == answer[i]] if with_later else [i]
+                    units.append(([i], later))
+        if not units:
             continue
-        batch = torch.tensor([prompt + response] * len(spots))
-        rows, cols = torch.arange(len(spots)), torch.tensor([len(prompt) + i for i in spots])
-        if with_later:
-            position = torch.arange(batch.shape[1])[None, :]
-            later = (batch == batch[rows, cols][:, None]) & (position >= cols[:, None])
-            later[:, len(prompt) + len(answer):] = False
-            batch[later] = predictor.mask_id
-        batch[rows, cols] = predictor.mask_id
-        pred = predictor.forward(batch)[0][rows, cols].argmax(-1)
-        right += sum(int(p) == answer[i] for p, i in zip(pred, spots))
-        total += len(spots)
+        batch = torch.tensor([prompt + response] * len(units))
+        for row, (_, hidden) in enumerate(units):
+            batch[row, [len(prompt) + i for i in hidden]] = predictor.mask_id
+        pred = predictor.forward(batch)[0][:, len(prompt):].argmax(-1)
+        right += sum(all(int(pred[row, i]) == answer[i] for i in wanted) for row, (wanted, _) in enumerate(units))
+        total += len(units)
     return right / max(total, 1)
+
+
+def _stutters(text: str) -> bool:
+    """A word or number right after itself ("Adding 3 3", "from 18 18."); punctuation counts as a word."""
+    words = re.findall(r"[\w']+|[^\w\s]", text)
+    return any(a == b and a[0].isalnum() for a, b in zip(words, words[1:]))
+
+
+def decoded(predictor, items, method: str = "dico", gen_length=GEN_LENGTH) -> dict:
+    """Decode each item (non-AR) and report exact accuracy, forward passes and the stutter rate: the share of
+    answers with a word repeated right after itself ("Adding 3 3") where the worked answer has no such repeat."""
+    from dico.loop import generate
+
+    right = stutter = nfe = 0
+    for item in items:
+        trace = generate(predictor, item.prompt, method, gen_length=gen_length)
+        right += tasks.check(item, trace.text)
+        nfe += trace.nfe
+        stutter += _stutters(trace.text) and not _stutters(item.answer)
+    n = max(len(items), 1)
+    return {"accuracy": round(right / n, 4), "stutter_rate": round(stutter / n, 4), "nfe": round(nfe / n, 1),
+            "items": len(items), "method": method}
 
 
 def first_step_profile(predictor, items, gen_length=GEN_LENGTH) -> dict:
@@ -107,17 +156,44 @@ def first_step_profile(predictor, items, gen_length=GEN_LENGTH) -> dict:
             for name, v in regions.items() if v}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dico.card", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=None)
-    parser.add_argument("--items", type=int, default=500)
-    parser.add_argument("--profile-items", type=int, default=200)
-    parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args(argv)
+# The three prompts of issue 16, as a new user typed them: each must decode right with every method in both modes.
+ISSUE_PROMPTS = [
+    tasks.Item("word", "Tom has 5 apples. He buys 3 more. How many apples does Tom have now?", "", "8",
+               ("Tom", "apples")),
+    tasks.Item("word", "Nora has 14 shells. She finds 5 more shells at the beach. Then she gives 3 shells to her "
+                       "brother. How many shells does Nora have now?", "", "16", ("Nora", "shells")),
+    tasks.Item("list", "Take the numbers 12, 5, 8, 1. Subtract 1 from each number.", "", "11, 4, 7, 0"),
+]
+
+
+def issue_prompts(predictor, gen_length=GEN_LENGTH, block_length=32) -> list[dict]:
+    """Decode the issue's prompts with every method, non-AR and semi-AR: right answer, and the name and object
+    copied (every word-problem entity appears in the text and no other list name or object does)."""
+    from dico.loop import generate
+    from dico.rules import METHODS
+
+    others = [w for w in tasks.NAMES + tasks.OBJECTS + tasks.HELD_OUT_NAMES + tasks.HELD_OUT_OBJECTS]
+    rows = []
+    for item in ISSUE_PROMPTS:
+        for mode in ("non-ar", "semi-ar"):
+            for method in METHODS:
+                trace = generate(predictor, item.prompt, method, mode=mode, gen_length=gen_length,
+                                 block_length=block_length if mode == "semi-ar" else None)
+                words = set(re.findall(r"[A-Za-z]+(?: cars)?", trace.text))
+                copied = all(e in trace.text for e in item.entities) and not any(
+                    w in words for w in others if w not in item.entities and w not in item.prompt)
+                rows.append({"prompt": item.prompt[:30], "mode": mode, "method": method,
+                             "right": tasks.check(item, trace.text), "copied": copied, "nfe": trace.nfe,
+                             "text": trace.text})
+    return rows
+
+
+def measure(model=None, items=500, profile_items=200, decode_items=200, prompts=True) -> dict:
+    """Every measure of the card for one model folder (None: the embedded model)."""
     from dico.models import load_model
 
     start = time.perf_counter()
-    predictor = load_model(args.model)
+    predictor = load_model(model)
     load_s = time.perf_counter() - start
     report = {"model": predictor.name, "load_s": round(load_s, 2)}
     item = tasks.make_split("word")[0]
@@ -134,17 +210,92 @@ def main(argv=None) -> int:
         predictor.forward(ids)
     report["forward_ms_gen256"] = round((time.perf_counter() - t) / 10 * 1000, 2)
     for family in tasks.FAMILIES:
-        split = tasks.make_split(family, "test", args.items)
+        split = tasks.make_split(family, "test", items)
+        probe = split[:profile_items]
         report[f"teacher_forced_{family}"] = round(teacher_forced(predictor, split), 4)
-        report[f"number_accuracy_{family}"] = round(masked_alone_accuracy(predictor, split[:args.profile_items]), 4)
+        report[f"number_accuracy_{family}"] = round(masked_alone_accuracy(predictor, probe), 4)
         report[f"computed_result_accuracy_{family}"] = round(masked_alone_accuracy(
-            predictor, split[:args.profile_items], after="=", with_later=True), 4)
+            predictor, probe, after="=", with_later=True), 4)
         if family == "word":
-            report["name_object_accuracy_word"] = round(
-                masked_alone_accuracy(predictor, split[:args.profile_items], ENTITY), 4)
+            # every other held-out word problem uses held-out words (names, objects never in training)
+            seen = [i for i in split if not i.held_out][:profile_items]
+            unseen = [i for i in split if i.held_out][:profile_items]
+            report["name_object_accuracy_word"] = round(masked_alone_accuracy(predictor, seen, "entities"), 4)
             report["name_object_first_mention_accuracy_word"] = round(
-                masked_alone_accuracy(predictor, split[:args.profile_items], ENTITY, with_later=True), 4)
-        report[f"profile_{family}"] = first_step_profile(predictor, split[:args.profile_items])
+                masked_alone_accuracy(predictor, seen, "entities", with_later=True), 4)
+            report["name_object_heldout_accuracy_word"] = round(
+                masked_alone_accuracy(predictor, unseen, "entities"), 4)
+            report["name_object_heldout_first_mention_accuracy_word"] = round(
+                masked_alone_accuracy(predictor, unseen, "entities", with_later=True), 4)
+        if decode_items:
+            run = decoded(predictor, split[:decode_items])
+            report[f"stutter_rate_{family}"] = run["stutter_rate"]
+            report[f"decoded_{family}"] = run
+        report[f"profile_{family}"] = first_step_profile(predictor, probe)
+    if prompts:
+        rows = issue_prompts(predictor)
+        report["issue_prompts"] = {"right": sum(r["right"] for r in rows), "copied": sum(r["copied"] for r in rows),
+                                   "runs": len(rows), "runs_detail": rows}
+    report["items"] = {"teacher_forced": items, "probes": profile_items, "decoded": decode_items}
+    return report
+
+
+CURVE_KEYS = ["computed_result_accuracy_word", "name_object_accuracy_word", "name_object_heldout_accuracy_word",
+              "name_object_first_mention_accuracy_word", "teacher_forced_word", "teacher_forced_list",
+              "stutter_rate_word"]
+
+
+def curve(run: str, items: int, prompts: bool = False, decode_items: int = 0) -> list[dict]:
+    """Measure every snapshot of a training run (RUN/snapshots/step-N, and RUN itself when its log says final)
+    not yet in RUN/curve.json; write curve.json and curve.md (measures against training minutes)."""
+    from pathlib import Path
+
+    run = Path(run)
+    path = run / "curve.json"
+    points = json.loads(path.read_text()) if path.exists() else []
+    done = {p["folder"] for p in points}
+    folders = sorted((run / "snapshots").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+    if (run / "train_log.json").exists() and json.loads((run / "train_log.json").read_text())["tag"] == "final":
+        folders.append(run)
+    for folder in folders:
+        if str(folder) in done:
+            continue
+        log = json.loads((folder / "train_log.json").read_text())
+        report = measure(str(folder), items, items, decode_items, prompts)
+        points.append({"folder": str(folder), "step": log["step"], "minutes": log["minutes"],
+                       "loss_ema": log["loss_ema"], "items": items, "decode_items": decode_items,
+                       **{k: report.get(k) for k in CURVE_KEYS},
+                       "decoded_word_dico": report.get("decoded_word", {}).get("accuracy"),
+                       "decoded_list_dico": report.get("decoded_list", {}).get("accuracy")})
+        points.sort(key=lambda p: p["step"])
+        path.write_text(json.dumps(points, indent=1))
+        print(json.dumps(points[-1]), flush=True)
+    keys = ["step", "minutes", "loss_ema"] + CURVE_KEYS + ["decoded_word_dico", "decoded_list_dico"]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(str(p.get(k)) for k in keys) + " |" for p in points]
+    (run / "curve.md").write_text("\n".join(lines) + "\n")
+    return points
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dico.card", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--items", type=int, default=500)
+    parser.add_argument("--profile-items", type=int, default=200,
+                        help="items per family for the masked-alone measures and the confidence profile "
+                             "(names and objects: this many seen and this many held-out word problems)")
+    parser.add_argument("--decode-items", type=int, default=200,
+                        help="items per family decoded with DiCo non-AR for the stutter rate (0: skip)")
+    parser.add_argument("--no-prompts", action="store_true", help="skip decoding the issue-16 prompts")
+    parser.add_argument("--curve", metavar="RUN", help="measure every unmeasured snapshot of a training run with "
+                                                       "--items items for every one-pass measure and "
+                                                       "--decode-items decoded items (the issue prompts skipped)")
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    if args.curve:
+        curve(args.curve, args.items, decode_items=args.decode_items)
+        return 0
+    report = measure(args.model, args.items, args.profile_items, args.decode_items, not args.no_prompts)
     print(json.dumps(report, indent=1))
     if args.json:
         with open(args.json, "w") as fh:

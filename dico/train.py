@@ -21,32 +21,97 @@ import argparse
 import json
 import math
 import random
+import re
 import sys
 import time
 from pathlib import Path
 
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<|eot|>"]
-MAX_PROMPT_TOKENS = 64
+# No unknown token (issue 16): byte-level BPE encodes any text, so a name never seen in training is copied piece by piece.
+SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "<|eot|>"]
+MAX_PROMPT_TOKENS = 96
+MAX_NUMBER = 200
 
 
-def build_tokenizer(texts, max_number: int = 200):
-    """A word-level tokenizer (Hugging Face format) over the task vocabulary and the numbers 0..max_number."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+def tokenizer_corpus(seed: int = 1, items: int = 3000):
+    """Text the BPE merges are learned from, all of it shipped with the project (so every machine builds the same
+    tokenizer): task wording with its names, objects and digits removed, plus every word of the word lists once
+    (held-out ones included; ``words.txt`` is 8,000 English words from Debian's wamerican).
+
+    Names and objects are left out of the task text on purpose: counted thousands of times they would become
+    single tokens while held-out ones stay in pieces; counted once each, training and held-out words split
+    alike, and the pieces of a held-out word are pieces the model trains on."""
+    from dico import tasks
+
+    rng = random.Random(seed)
+    for _ in range(items):
+        for family in tasks.FAMILIES:
+            item = tasks.make_item(family, rng)
+            text = item.prompt + " " + item.answer
+            for entity in item.entities:
+                text = text.replace(entity, "")
+            yield "".join(c for c in text if not c.isdigit())
+    for name in ("names_male.txt", "names_female.txt", "objects.txt", "places.txt", "words.txt"):
+        words = tasks._load(name)
+        for i in range(0, len(words), 1000):
+            yield " ".join(words[i:i + 1000])
+
+
+def build_tokenizer(vocab_size: int = 1400, max_number: int = MAX_NUMBER):
+    """Byte-level BPE (Hugging Face format, no unknown token) with every number 0..max_number one token.
+
+    Numbers: the BPE never sees a digit while learning merges; then merges " 1"+"7" -> " 17", " 17"+"3" -> " 173"
+    are put first, so " 0" .. " 200" are single tokens (sums are one fact each, as in the word-level model) and a
+    bigger number falls back to pieces (" 25" "0" for 250)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    pre = pre_tokenizers.Whitespace()
-    words = {str(n) for n in range(max_number + 1)}
-    for text in texts:
-        words.update(piece for piece, _ in pre.pre_tokenize_str(text))
-    vocab = {token: i for i, token in enumerate(SPECIALS + sorted(words - set(SPECIALS)))}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    core.pre_tokenizer = pre
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, min_frequency=2,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    core.train_from_iterator(tokenizer_corpus(), trainer)
+    spec = json.loads(core.to_str())
+    vocab, merges = spec["model"]["vocab"], spec["model"]["merges"]
+    as_pair = (lambda a, b: [a, b]) if merges and isinstance(merges[0], list) else (lambda a, b: f"{a} {b}")
+    number_merges = []
+    for n in range(max_number + 1):
+        text = "Ġ" + str(n)
+        for cut in range(2, len(text) + 1):
+            piece = text[:cut]
+            if piece not in vocab:
+                vocab[piece] = len(vocab)
+                number_merges.append(as_pair(text[:cut - 1], text[cut - 1]))
+    spec["model"]["merges"] = number_merges + merges
+    core = Tokenizer.from_str(json.dumps(spec))
     core.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
     return PreTrainedTokenizerFast(
-        tokenizer_object=core, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
-        mask_token="[MASK]", eos_token="<|eot|>", clean_up_tokenization_spaces=True,
-        model_max_length=384)
+        tokenizer_object=core, pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+        eos_token="<|eot|>", clean_up_tokenization_spaces=False, model_max_length=384, add_prefix_space=True)
+
+
+def token_tables(tokenizer):
+    """Per-vocabulary boolean tables: whole numbers (" 17") and alphabetic pieces (" Nor", "a")."""
+    import torch
+
+    texts = [tokenizer.convert_tokens_to_string([t]).strip() for t in tokenizer.convert_ids_to_tokens(
+        list(range(len(tokenizer))))]
+    return torch.tensor([t.isdigit() for t in texts]), torch.tensor([t.isalpha() for t in texts])
+
+
+def entity_spans(tokenizer, text: str, entities) -> list[list[list[int]]]:
+    """For each entity, the token index lists of its mentions in ``text`` (tokenised without special tokens)."""
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    spans = []
+    for entity in entities:
+        mentions = []
+        for m in re.finditer(r"(?<![A-Za-z])" + re.escape(entity) + r"(?![A-Za-z])", text):
+            toks = [i for i, (a, b) in enumerate(offsets) if a < m.end() and b > m.start()]
+            if toks:
+                mentions.append(toks)
+        spans.append(mentions)
+    return spans
 
 
 def build_model(vocab_size: int, hidden: int, layers: int, heads: int, max_positions: int,
@@ -64,12 +129,14 @@ def build_model(vocab_size: int, hidden: int, layers: int, heads: int, max_posit
     return BertForMaskedLM(config)
 
 
-def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: float = 0.15):
-    """Token ids, attention mask and the response mask of one batch, response padded with <|eot|>.
+def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: float = 0.15,
+               occurrence_share: float = 0.0, number=None):
+    """Token ids, attention mask, response mask and the extra (occurrence) mask of one batch.
 
-    Most batches pad the response only a little past the longest answer (the end-of-text tail is easy
-    to learn and costs compute); a ``long_share`` of batches pads far, so every position up to
-    ``max_gen`` is trained and any gen_length a user picks is in distribution.
+    The response is padded with <|eot|>: most batches only a little past the longest answer (the end-of-text tail
+    is easy to learn and costs compute); a ``long_share`` of batches pads far, so every position up to ``max_gen``
+    is trained and any gen_length a user picks is in distribution. ``occurrence_share`` of the rows also mask one
+    number or one name/object mention with all its later mentions (see ``occurrence_positions``).
     """
     import torch
 
@@ -83,40 +150,68 @@ def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: f
     width = max(len(p) for p in prompts) + gen
     ids = torch.full((len(items), width), tokenizer.pad_token_id, dtype=torch.long)
     response = torch.zeros_like(ids, dtype=torch.bool)
-    for row, (p, a) in enumerate(zip(prompts, answers)):
+    extra = torch.zeros_like(ids, dtype=torch.bool)
+    for row, (item, p, a) in enumerate(zip(items, prompts, answers)):
         seq = p + a + [tokenizer.eos_token_id] * (gen - len(a))
         ids[row, :len(seq)] = torch.tensor(seq)
         response[row, len(p):len(seq)] = True
-    return ids, (ids != tokenizer.pad_token_id).long(), response
+        if occurrence_share > 0 and rng.random() < occurrence_share:
+            spans = entity_spans(tokenizer, item.answer, item.entities) if item.entities else []
+            for i in occurrence_positions(a, spans, number, rng):
+                extra[row, len(p) + i] = True
+    return ids, (ids != tokenizer.pad_token_id).long(), response, extra
 
 
-def occurrence_mask(ids, candidates, answer, share: float, generator=None):
-    """For a ``share`` of rows, one random ``candidates`` token and every later occurrence of it in ``answer``.
+def occurrence_positions(answer: list[int], spans, number, rng: random.Random) -> list[int]:
+    """One number or one name/object mention of ``answer``, with every later mention of it (answer indices).
 
     Random masking usually leaves some re-mention of a value visible ("13 - 9 = [M]. Taking away 1 leaves
     4 - 1 ..."), so a small model leans on reading it back rather than computing it, or on copying a name from
-    the answer rather than the prompt; measured here: every masked number right when its re-mentions showed,
-    0.24-0.40 confident and often wrong ("34 + 2 = 44") when they were masked too, which is the state
-    confidence-ordered decoding reaches. Masking all later occurrences leaves only the prompt and the earlier
-    working to read from. Any mask pattern trains the same conditionals p(masked | visible); this only gives
-    more weight to the patterns decoding meets.
-    """
+    the answer rather than the prompt (measured for the stage-4 model: every number right when its re-mentions
+    showed, often wrong when they were masked too, which is the state confidence-ordered decoding reaches).
+    Masking all later mentions leaves only the prompt and the earlier working to read from. Names and objects
+    (``spans``: per entity, its mentions' token indices) are drawn half the time when the answer has any: copying
+    them is what the earlier model failed at. Any mask pattern trains the same conditionals p(masked | visible);
+    this gives more weight to the patterns decoding meets."""
+    mentions = [(e, k) for e, ms in enumerate(spans) for k in range(len(ms))]
+    numbers = [i for i, t in enumerate(answer) if number is not None and bool(number[t])]
+    if mentions and (not numbers or rng.random() < 0.5):
+        e, k = mentions[rng.randrange(len(mentions))]
+        return [i for mention in spans[e][k:] for i in mention]
+    if not numbers:
+        return []
+    start = numbers[rng.randrange(len(numbers))]
+    return [i for i in range(start, len(answer)) if answer[i] == answer[start]]
+
+
+def warm_start(model, tokenizer, source: str) -> int:
+    """Copy a trained model's layers into ``model`` and its embedding rows for tokens both vocabularies share
+    (" 17" <- "17", " apples" <- "apples", "." <- "."): the earlier model's arithmetic and answer format carry
+    over; the new tokens start fresh. Returns the number of rows copied."""
     import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    b, l = ids.shape
-    pick = torch.rand(b, l, generator=generator).masked_fill(~candidates, -1.0).argmax(dim=1)  # b: one candidate
-    chosen = ids.gather(1, pick[:, None])                                                    # b, 1
-    later = torch.arange(l)[None, :] >= pick[:, None]
-    use = (torch.rand(b, 1, generator=generator) < share) & candidates.any(dim=1, keepdim=True)
-    return (ids == chosen) & later & answer & use
-
-
-def content_positions(ids, answer, response, attention, number, word):
-    """Answer positions worth hiding with their later mentions: numbers, and words that also stand in the prompt
-    (names, objects, operands' wording). ``number`` and ``word`` are per-vocabulary boolean tables."""
-    prompt = ids.masked_fill(response | (attention == 0), -1)                                # b, l
-    in_prompt = (ids[:, :, None] == prompt[:, None, :]).any(-1)                              # b, l
-    return answer & (number[ids] | (word[ids] & in_prompt))
+    old = AutoModelForMaskedLM.from_pretrained(source)
+    old_tok = AutoTokenizer.from_pretrained(source)
+    state = {k: v for k, v in old.state_dict().items() if "word_embeddings" not in k and "decoder" not in k
+             and k != "cls.predictions.bias"}
+    missing = model.load_state_dict(state, strict=False)
+    old_vocab = old_tok.get_vocab()
+    old_emb = old.get_input_embeddings().weight.data
+    old_bias = old.cls.predictions.bias.data
+    emb = model.get_input_embeddings().weight.data
+    bias = model.cls.predictions.bias.data
+    bias.fill_(float(old_bias.mean()))
+    copied = 0
+    for token, new_id in tokenizer.get_vocab().items():
+        text = token if token in SPECIALS else tokenizer.convert_tokens_to_string([token]).strip()
+        old_id = old_vocab.get(text)
+        if old_id is not None and old_id != old_tok.unk_token_id:
+            emb[new_id] = old_emb[old_id]
+            bias[new_id] = old_bias[old_id]
+            copied += 1
+    del missing
+    return copied
 
 
 def diffusion_loss(model, ids, attention, response, mask_id: int, generator=None, *, extra=None):
@@ -142,14 +237,21 @@ def diffusion_loss(model, ids, attention, response, mask_id: int, generator=None
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dico.train", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="folder to write the model, tokenizer and train log")
-    parser.add_argument("--minutes", type=float, default=75.0, help="time budget; the lr schedule follows it")
-    parser.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: time only)")
+    parser.add_argument("--out", required=True, help="folder to write the model, tokenizer, train log and "
+                                                     "trainer_state.pt (what --resume reads)")
+    parser.add_argument("--minutes", type=float, default=75.0,
+                        help="total time budget, counted across resumed runs; the lr schedule follows it")
+    parser.add_argument("--max-steps", type=int, default=0, help="stop at this step count (0: time only)")
     # Small batches, many updates: at equal time, batches of 16 learned to copy numbers from the prompt within
-    # 3,000 steps where batches of 48 had not after 2,300 (measured for the shipped model; see its card).
+    # 3,000 steps where batches of 48 had not after 2,300 (measured for the stage-3 model; see its card).
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--decay-share", type=float, default=0.2,
+                        help="lr is constant after warm-up, then falls linearly to 10%% over this last share of "
+                             "--minutes (warmup-stable-decay: a resumed run with a longer budget continues "
+                             "from the stable phase)")
+    parser.add_argument("--vocab-size", type=int, default=1400, help="BPE size before the number tokens are added")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--heads", type=int, default=4)
@@ -159,91 +261,121 @@ def main(argv=None) -> int:
     parser.add_argument("--max-gen", type=int, default=256, help="longest response region drawn in training")
     parser.add_argument("--long-share", type=float, default=0.15, help="share of batches padded up to --max-gen")
     parser.add_argument("--occurrence-share", type=float, default=0.5,
-                        help="share of examples that also mask one number or prompt word of the answer and all "
-                             "its later occurrences (teaches computing and copying from the prompt; 0: plain "
-                             "LLaDA masking)")
+                        help="share of examples that also mask one number or name/object mention of the answer "
+                             "and all its later mentions (teaches computing and copying from the prompt; 0: "
+                             "plain LLaDA masking)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--checkpoint-every", type=int, default=500)
-    parser.add_argument("--init-from", metavar="FOLDER", help="continue from a saved model and its tokenizer "
-                                                              "(fresh optimizer, warm-up and schedule)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--checkpoint-every", type=int, default=0, help="also save every this many steps")
+    parser.add_argument("--checkpoint-minutes", type=float, default=10.0,
+                        help="save model, tokenizer and trainer state every this many minutes, and keep a copy "
+                             "of the model under OUT/snapshots/step-N for measuring the curve")
+    parser.add_argument("--log-every", type=int, default=100)
+    start_from = parser.add_mutually_exclusive_group()
+    start_from.add_argument("--init-from", metavar="FOLDER",
+                            help="continue from a saved model and its tokenizer (fresh optimizer and schedule)")
+    start_from.add_argument("--warm-start", metavar="FOLDER",
+                            help="new tokenizer; copy layers and shared-token embeddings from this model")
+    start_from.add_argument("--resume", action="store_true",
+                            help="continue OUT from its trainer_state.pt: model, optimizer, step count and elapsed "
+                                 "time (the data stream is reseeded with the step count)")
     args = parser.parse_args(argv)
 
     import torch
-    from tqdm import tqdm
 
     from dico import tasks
 
-    torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    rng = random.Random(args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-
-    if args.init_from:
+    command = "python -m dico.train " + " ".join(argv if argv is not None else sys.argv[1:])
+    state = None
+    if args.resume:
+        if not (out / "trainer_state.pt").exists():
+            parser.error(f"--resume: {out / 'trainer_state.pt'} does not exist")
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+        state = torch.load(out / "trainer_state.pt", weights_only=False)
+        tokenizer = AutoTokenizer.from_pretrained(out)
+        model = AutoModelForMaskedLM.from_pretrained(out, dtype=torch.float32)
+    elif args.init_from:
         from transformers import AutoModelForMaskedLM, AutoTokenizer
         tokenizer = AutoTokenizer.from_pretrained(args.init_from)
-        model = AutoModelForMaskedLM.from_pretrained(args.init_from)
+        model = AutoModelForMaskedLM.from_pretrained(args.init_from, dtype=torch.float32)
     else:
-        vocab_rng = random.Random(12345)
-        sample = [tasks.make_item(f, vocab_rng) for f in tasks.FAMILIES for _ in range(20_000)]
-        tokenizer = build_tokenizer([s.prompt + " " + s.answer for s in sample])
+        tokenizer = build_tokenizer(args.vocab_size)
         model = build_model(len(tokenizer), args.hidden, args.layers, args.heads, args.max_positions, args.position)
+        if args.warm_start:
+            copied = warm_start(model, tokenizer, args.warm_start)
+            print(f"warm start from {args.warm_start}: {copied} of {len(tokenizer)} embedding rows copied", flush=True)
     n_params = sum(p.numel() for p in model.parameters())
-    vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    number = torch.tensor([token.isdigit() for token in vocab])
-    word = torch.tensor([token.isalpha() for token in vocab])
+    number, _ = token_tables(tokenizer)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    stream = tasks.train_stream(args.seed)
+    step, elapsed_before, ema, history = 0, 0.0, None, []
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        step, elapsed_before, ema, history = state["step"], state["elapsed_s"], state["loss_ema"], state["history"]
+    history.append({"command": command, "from_step": step})
+    torch.manual_seed(args.seed + step)
+    rng = random.Random(args.seed * 1_000_003 + step)
+    stream = tasks.train_stream(args.seed * 1_000_003 + step)
+    generator = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
     budget = args.minutes * 60
-    generator = torch.Generator().manual_seed(args.seed)
-
     previous = None
     if args.init_from and (Path(args.init_from) / "train_log.json").exists():
         previous = json.loads((Path(args.init_from) / "train_log.json").read_text())
 
-    def save(tag: str, step: int, loss: float, elapsed: float):
+    def save(tag: str, elapsed: float):
         model.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
-        log = {"step": step, "loss_ema": round(loss, 4), "minutes": round(elapsed / 60, 2), "params": n_params,
-               "command": "python -m dico.train " + " ".join(argv if argv is not None else sys.argv[1:]),
+        log = {"step": step, "loss_ema": round(ema, 4) if ema is not None else None,
+               "minutes": round(elapsed / 60, 2), "params": n_params, "command": command, "commands": history,
                "args": vars(args), "tag": tag, "previous_stage": previous}
         (out / "train_log.json").write_text(json.dumps(log, indent=2))
+        torch.save({"optimizer": optimizer.state_dict(), "step": step, "elapsed_s": elapsed, "loss_ema": ema,
+                    "history": history}, out / "trainer_state.pt")
+        if tag == "checkpoint":
+            snap = out / "snapshots" / f"step-{step}"
+            model.save_pretrained(snap, safe_serialization=True)
+            tokenizer.save_pretrained(snap)
+            (snap / "train_log.json").write_text(json.dumps(log, indent=2))
+        print(f"saved {tag} at step {step}, {elapsed / 60:.1f} min", flush=True)
 
-    start, step, ema = time.time(), 0, None
-    bar = tqdm(total=int(budget), unit="s", desc="training", dynamic_ncols=True, mininterval=5)
+    max_gen = min(args.max_gen, args.max_positions - MAX_PROMPT_TOKENS)
+    print(f"{n_params:,} params, vocabulary {len(tokenizer)}, starting at step {step}, "
+          f"{elapsed_before / 60:.1f} of {args.minutes:.0f} min done", flush=True)
+    session_start, last_save, window = time.time(), time.time(), time.time()
     model.train()
     while True:
-        elapsed = time.time() - start
+        elapsed = elapsed_before + time.time() - session_start
         if elapsed >= budget or (args.max_steps and step >= args.max_steps):
             break
-        progress = elapsed / budget if not args.max_steps else step / args.max_steps
-        lr = args.lr * min(1.0, (step + 1) / args.warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        decay_from = budget * (1 - args.decay_share)
+        decay = 1.0 if elapsed < decay_from else 1 - 0.9 * (elapsed - decay_from) / max(budget - decay_from, 1e-9)
+        lr = args.lr * min(1.0, (step + 1) / args.warmup) * decay
         for group in optimizer.param_groups:
-            group["lr"] = max(lr, args.lr * 0.02)
-        ids, attention, response = make_batch([next(stream) for _ in range(args.batch_size)], tokenizer, rng,
-                                              min(args.max_gen, args.max_positions - MAX_PROMPT_TOKENS),
-                                              args.long_share)
-        extra = None
-        if args.occurrence_share > 0:
-            answer = response & (ids != tokenizer.eos_token_id)
-            candidates = content_positions(ids, answer, response, attention, number, word)
-            extra = occurrence_mask(ids, candidates, answer, args.occurrence_share, generator)
-        loss = diffusion_loss(model, ids, attention, response, tokenizer.mask_token_id, generator, extra=extra)
+            group["lr"] = lr
+        ids, attention, response, extra = make_batch([next(stream) for _ in range(args.batch_size)], tokenizer, rng,
+                                                     max_gen, args.long_share, args.occurrence_share, number)
+        loss = diffusion_loss(model, ids, attention, response, tokenizer.mask_token_id, generator,
+                              extra=extra if args.occurrence_share > 0 else None)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         step += 1
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
-        bar.n = int(time.time() - start)
-        bar.set_postfix(step=step, loss=f"{ema:.3f}", lr=f"{lr:.2e}", refresh=False)
-        bar.update(0)
-        if step % args.checkpoint_every == 0:
-            save("checkpoint", step, ema, time.time() - start)
-    bar.close()
-    save("final", step, ema or float("nan"), time.time() - start)
-    print(f"saved {out} after {step} steps, {(time.time() - start) / 60:.1f} min, loss {ema:.3f}, {n_params:,} params")
+        if step % args.log_every == 0:
+            now = time.time()
+            print(f"step {step} min {(elapsed_before + now - session_start) / 60:.1f} loss {ema:.4f} lr {lr:.2e} "
+                  f"steps/s {args.log_every / (now - window):.2f}", flush=True)
+            window = now
+        if (args.checkpoint_every and step % args.checkpoint_every == 0) or \
+                time.time() - last_save >= args.checkpoint_minutes * 60:
+            save("checkpoint", elapsed_before + time.time() - session_start)
+            last_save = time.time()
+    save("final", elapsed_before + time.time() - session_start)
+    print(f"saved {out} after {step} steps, {(elapsed_before + time.time() - session_start) / 60:.1f} min, "
+          f"loss {ema if ema is not None else float('nan'):.3f}, {n_params:,} params", flush=True)
     return 0
 
 

@@ -1,10 +1,10 @@
 """The model card's measures score what they say: an oracle gets everything, a model that ignores the prompt gets little."""
+import pytest
 import torch
 from torch import nn
 
 import dico
 from dico import card, tasks
-from dico.models import EMBEDDED
 
 
 class Oracle(nn.Module):
@@ -20,28 +20,46 @@ class Oracle(nn.Module):
         return type("Out", (), {"logits": logits})
 
 
+@pytest.fixture(scope="module")
+def tokenizer():
+    from dico.train import build_tokenizer
+    return build_tokenizer()
+
+
 def predictor_for(model, tokenizer):
     return dico.models.from_module(model, tokenizer, kind="masked-lm", mask_id=tokenizer.mask_token_id,
                                    max_length=384)
 
 
-def test_masked_alone_accuracy_is_one_for_an_oracle_and_low_for_a_constant_guess():
+def test_masked_alone_accuracy_is_one_for_an_oracle_and_low_for_a_constant_guess(tokenizer):
     item = next(i for i in tasks.make_split("word") if i.answer.split()[0] in tasks.NAMES)
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED)
     probe = predictor_for(nn.Identity(), tokenizer)
     prompt, _, response = card._layout(probe, item, card.GEN_LENGTH)
     vocab = len(tokenizer)
     oracle = predictor_for(Oracle(prompt + response, vocab), tokenizer)
     assert card.masked_alone_accuracy(oracle, [item]) == 1.0
-    assert card.masked_alone_accuracy(oracle, [item], card.ENTITY) == 1.0
+    assert card.masked_alone_accuracy(oracle, [item], "entities") == 1.0
     assert card.teacher_forced(oracle, [item]) == 1.0
 
-    ivan = tokenizer.convert_tokens_to_ids("Ivan")                       # always guesses one name
-    constant = predictor_for(Oracle([ivan] * len(prompt + response), vocab), tokenizer)
-    assert card.masked_alone_accuracy(constant, [item], card.ENTITY) == 0.0
+    the = tokenizer.convert_tokens_to_ids("Ġthe")                        # always guesses one word
+    constant = predictor_for(Oracle([the] * len(prompt + response), vocab), tokenizer)
+    assert card.masked_alone_accuracy(constant, [item], "entities") == 0.0
     assert card.masked_alone_accuracy(constant, [item]) == 0.0
+
+
+def test_a_name_counts_only_when_every_piece_is_right(tokenizer):
+    item = next(i for i in tasks.make_split("word") if i.held_out)
+    probe = predictor_for(nn.Identity(), tokenizer)
+    prompt, answer, response = card._layout(probe, item, card.GEN_LENGTH)
+    mentions = card._mentions(probe, item)
+    assert all(mentions) and max(len(m) for ms in mentions for m in ms) >= 2   # some name or object is in pieces
+    truth = prompt + response
+    spoiled = list(truth)
+    for ms in mentions:
+        for m in ms:
+            spoiled[len(prompt) + m[-1]] = tokenizer.convert_tokens_to_ids("Ġthe")   # last piece wrong
+    assert card.masked_alone_accuracy(predictor_for(Oracle(spoiled, len(tokenizer)), tokenizer), [item],
+                                      "entities") == 0.0
 
 
 class ReadsLaterMentions(nn.Module):
@@ -62,11 +80,8 @@ class ReadsLaterMentions(nn.Module):
         return type("Out", (), {"logits": logits})
 
 
-def test_computed_results_and_first_mentions_cannot_be_read_back_from_later_in_the_answer():
+def test_computed_results_and_first_mentions_cannot_be_read_back_from_later_in_the_answer(tokenizer):
     item = next(i for i in tasks.make_split("word") if i.answer.count(" = ") >= 2)
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED)
     prompt, answer, response = card._layout(predictor_for(nn.Identity(), tokenizer), item, card.GEN_LENGTH)
     truth = prompt + answer + [tokenizer.eos_token_id] * (len(response) - len(answer))
     vocab = len(tokenizer)
@@ -74,7 +89,23 @@ def test_computed_results_and_first_mentions_cannot_be_read_back_from_later_in_t
     # every result is re-mentioned later (next step, answer line), so masking it alone lets the copier score
     assert card.masked_alone_accuracy(copier, [item], after="=") == 1.0
     assert card.masked_alone_accuracy(copier, [item], after="=", with_later=True) == 0.0
-    assert card.masked_alone_accuracy(copier, [item], card.ENTITY, with_later=True) == 0.0
+    assert card.masked_alone_accuracy(copier, [item], "entities", with_later=True) == 0.0
     oracle = predictor_for(Oracle(truth, vocab), tokenizer)
     assert card.masked_alone_accuracy(oracle, [item], after="=", with_later=True) == 1.0
-    assert card.masked_alone_accuracy(oracle, [item], card.ENTITY, with_later=True) == 1.0
+    assert card.masked_alone_accuracy(oracle, [item], "entities", with_later=True) == 1.0
+
+
+def test_decoded_counts_right_answers_and_stutters(tokenizer):
+    item = tasks.make_split("word")[0]
+    probe = predictor_for(nn.Identity(), tokenizer)
+    prompt, answer, response = card._layout(probe, item, card.GEN_LENGTH)
+    oracle = predictor_for(Oracle(prompt + response, len(tokenizer)), tokenizer)
+    assert card.decoded(oracle, [item]) | {"nfe": 0} == {"accuracy": 1.0, "stutter_rate": 0.0, "nfe": 0, "items": 1,
+                                                         "method": "dico"}
+    first = answer.index(next(t for t in answer if card._texts(probe, [t])[0].isdigit()))
+    stutter = answer[:first + 1] + answer[first:]                          # "We start from 5 5 apples."
+    stutter = (stutter + [tokenizer.eos_token_id] * card.GEN_LENGTH)[:card.GEN_LENGTH]
+    stutterer = predictor_for(Oracle(prompt + stutter, len(tokenizer)), tokenizer)
+    assert card.decoded(stutterer, [item])["stutter_rate"] == 1.0
+    assert card._stutters("Adding 3 3 gives") and card._stutters("from 18 18.")
+    assert not card._stutters("3 + 3 = 6.") and not card._stutters("It is 4, 4, 5.")

@@ -67,7 +67,7 @@ def test_unknown_family_is_named():
 
 
 def test_training_stream_favours_word_problems_and_drills_lists_past_twenty():
-    stream = tasks.train_stream(seed=5)
+    stream = tasks.train_stream(seed=5, copy_drills=False)
     items = [next(stream) for _ in range(1500)]
     words = sum(item.family == "word" for item in items)
     assert 0.6 < words / len(items) < 0.73
@@ -75,3 +75,54 @@ def test_training_stream_favours_word_problems_and_drills_lists_past_twenty():
     biggest = [max(map(int, re.findall(r"\d+", item.prompt.split(".")[0]))) for item in lists]   # the list sentence
     assert 0.2 < sum(b > 20 for b in biggest) / len(lists) < 0.4
     assert max(biggest) <= tasks.DRILL_TOP
+
+
+def test_word_lists_are_large_and_a_fixed_part_is_held_out():
+    assert len(tasks.NAMES) >= 300 and len(tasks.OBJECTS) >= 150 and len(tasks.PLACES) >= 100
+    assert len(tasks.HELD_OUT_NAMES) >= 50 and len(tasks.HELD_OUT_OBJECTS) >= 30 and tasks.HELD_OUT_PLACES
+    assert not set(tasks.NAMES) & set(tasks.HELD_OUT_NAMES)
+    assert not set(tasks.OBJECTS) & set(tasks.HELD_OUT_OBJECTS)
+    assert {"Tom", "Nora", "apples", "shells", "at the beach"} <= set(tasks.NAMES + tasks.OBJECTS + tasks.PLACES)
+
+
+def test_training_never_uses_a_held_out_name_object_or_place():
+    held = set(tasks.HELD_OUT_NAMES) | set(tasks.HELD_OUT_OBJECTS) | set(tasks.HELD_OUT_PLACES)
+    pattern = re.compile(r"(?<![A-Za-z])(?:" + "|".join(map(re.escape, sorted(held, key=len, reverse=True)))
+                         + r")(?![A-Za-z])")
+    stream = tasks.train_stream(seed=4)
+    for _ in range(3000):
+        item = next(stream)
+        assert not item.held_out
+        assert not pattern.search(item.prompt + " " + item.answer), item
+
+
+def test_half_the_held_out_word_problems_use_held_out_words_and_name_them():
+    split = tasks.make_split("word")
+    held = [item for item in split if item.held_out]
+    assert len(held) == len(split) // 2
+    for item in split:
+        name, obj = item.entities
+        assert (name in tasks.HELD_OUT_NAMES) == item.held_out and (obj in tasks.HELD_OUT_OBJECTS) == item.held_out
+        assert name in item.prompt and obj in item.prompt
+
+
+def test_the_data_gaps_of_issue_16_are_filled():
+    rng = random.Random(16)
+    words = [tasks.make_item("word", rng) for _ in range(3000)]
+    lists = [tasks.make_item("list", rng) for _ in range(3000)]
+    assert any(re.search(r"\b(\d+) - \1 = 0\b", i.answer) for i in lists)       # "1 - 1 = 0"
+    assert any(re.search(r"\b(\d+) - \1 = 0\b", i.answer) for i in words)
+    starts = [int(re.search(r"\d+", i.prompt).group()) for i in words]
+    assert 0.25 < sum(s > 20 for s in starts) / len(starts) < 0.45                # word problems start above 20
+    assert any(re.search(r"\b(He|She) buys \d+ more\.", i.prompt) for i in words)  # "He buys 3 more."
+    assert all(int(n) <= 200 for i in words + lists for n in re.findall(r"\d+", i.answer))
+
+
+def test_copy_drills_repeat_their_words_in_order_and_are_a_sixth_of_training():
+    stream = tasks.train_stream(seed=6)
+    items = [next(stream) for _ in range(1200)]
+    drills = [item for item in items if item.family == "copy"]
+    assert 0.12 < len(drills) / len(items) < 0.22
+    for item in drills:
+        assert item.target in item.prompt and item.answer.endswith(item.target + ".")
+        assert 2 <= len(item.entities) <= 5

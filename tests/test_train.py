@@ -5,20 +5,30 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_training_command_writes_a_model_that_loads_back(tmp_path):
-    out = tmp_path / "tiny"
+@pytest.fixture(scope="module")
+def tokenizer():
+    from dico.train import build_tokenizer
+    return build_tokenizer()
+
+
+def _train(out, *extra):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-m", "dico.train", "--out", str(out), "--max-steps", "3",
-                             "--batch-size", "4", "--hidden", "32", "--layers", "1", "--heads", "2",
-                             "--max-gen", "64", "--threads", "1"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    return subprocess.run([sys.executable, "-m", "dico.train", "--out", str(out), "--batch-size", "4", "--hidden", "32",
+                           "--layers", "1", "--heads", "2", "--max-gen", "64", "--threads", "1", "--log-every", "1",
+                           *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+
+
+def test_training_command_writes_a_model_that_loads_back_and_resumes_where_it_stopped(tmp_path):
+    out = tmp_path / "tiny"
+    result = _train(out, "--max-steps", "3")
     assert result.returncode == 0, result.stderr[-2000:]
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "train_log.json"):
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "train_log.json", "trainer_state.pt"):
         assert (out / name).exists(), name
     log = json.loads((out / "train_log.json").read_text())
     assert log["step"] == 3 and log["command"].startswith("python -m dico.train")
@@ -26,8 +36,61 @@ def test_training_command_writes_a_model_that_loads_back(tmp_path):
     import dico
     predictor = dico.load_model(out)
     assert predictor.kind == "masked-lm" and predictor.mask_id == predictor.tokenizer.mask_token_id
+    assert predictor.unknown_words("Nora finds 5 shells at the beach, señor 😀") == []
     trace = dico.generate(predictor, "Tom has 5 apples. How many apples does Tom have now?", "dico", gen_length=16)
     assert trace.nfe >= 1 and all(not s.committed == [] for s in trace.steps)
+
+    before = torch.load(out / "trainer_state.pt", weights_only=False)
+    result = _train(out, "--resume", "--max-steps", "5")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "starting at step 3" in result.stdout and "step 4 " in result.stdout and "step 1 " not in result.stdout
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["step"] == 5 and [c["from_step"] for c in log["commands"]] == [0, 3]
+    after = torch.load(out / "trainer_state.pt", weights_only=False)
+    assert after["elapsed_s"] > before["elapsed_s"] and after["optimizer"]["state"]      # optimizer state carried
+
+
+def test_tokenizer_has_no_unknown_token_and_round_trips_any_text(tokenizer):
+    assert tokenizer.unk_token_id is None and tokenizer.mask_token == "[MASK]" and tokenizer.eos_token == "<|eot|>"
+    texts = ["Nora has 14 shells. She finds 5 more shells at the beach.", "Zoë naïve café, 日本語, emoji 😀!",
+             "Xylophonist Quetzalcoatl's \t tabs\nnewlines", "12, 5, 8, 1 and 250 or 1234567."]
+    for text in texts:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert tokenizer.decode(ids).strip() == text
+        assert max(ids) < len(tokenizer)
+
+
+def test_numbers_up_to_200_are_one_token_each_and_bigger_ones_still_encode(tokenizer):
+    for n in range(201):
+        assert len(tokenizer(f"{n}", add_special_tokens=False)["input_ids"]) == 1, n
+        assert len(tokenizer(f"has {n} apples", add_special_tokens=False)["input_ids"][1:-2]) == 1, n
+    assert len(tokenizer("250", add_special_tokens=False)["input_ids"]) == 2
+
+
+def test_tokenizer_saves_and_loads_offline_like_a_hub_tokenizer(tokenizer, tmp_path):
+    from transformers import AutoTokenizer
+
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    text = "Tom has 5 apples. He buys 3 more."
+    assert loaded(text)["input_ids"] == tokenizer(text)["input_ids"]
+    assert loaded(text)["input_ids"][0] == loaded.cls_token_id and loaded(text)["input_ids"][-1] == loaded.sep_token_id
+
+
+def test_held_out_names_split_into_pieces_that_training_words_use_too(tokenizer):
+    from dico import tasks
+
+    def pieces(words):
+        return {t for w in words for t in tokenizer(w, add_special_tokens=False)["input_ids"]}
+
+    def mean_length(words):
+        return sum(len(tokenizer(w, add_special_tokens=False)["input_ids"]) for w in words) / len(words)
+
+    seen = pieces(tasks.NAMES + tasks.OBJECTS)
+    held = pieces(tasks.HELD_OUT_NAMES + tasks.HELD_OUT_OBJECTS)
+    trained = seen | pieces(tasks.WORDS)                    # the invented names and objects of training
+    assert len(held - trained) / len(held) < 0.02           # almost every piece of an unseen word is trained
+    assert abs(mean_length(tasks.HELD_OUT_NAMES) - mean_length(tasks.NAMES)) < 0.5
 
 
 def test_diffusion_loss_is_zero_where_nothing_is_masked_and_weights_by_one_over_t():
@@ -45,34 +108,35 @@ def test_diffusion_loss_is_zero_where_nothing_is_masked_and_weights_by_one_over_
     assert loss.item() < 1e-6     # a model that always knows the answer has no loss, whatever is masked
 
 
-def test_occurrence_mask_hides_one_candidate_and_all_its_later_mentions_in_the_answer_only():
-    from dico.train import occurrence_mask
+def test_occurrence_positions_hide_one_number_or_mention_and_all_its_later_mentions():
+    import random
 
-    # prompt 1 | answer 7 3 7 8 7 | end-of-text 5 5; candidates: the answer's 7s and its 3
-    ids = torch.tensor([[1, 7, 3, 7, 8, 7, 5, 5]] * 200)
-    answer = torch.tensor([[False, True, True, True, True, True, False, False]] * 200)
-    candidates = answer & (ids != 8)
-    masks = occurrence_mask(ids, candidates, answer, 1.0, torch.Generator().manual_seed(0))
-    allowed = {(0, 1, 0, 1, 0, 1, 0, 0), (0, 0, 0, 1, 0, 1, 0, 0), (0, 0, 0, 0, 0, 1, 0, 0),
-               (0, 0, 1, 0, 0, 0, 0, 0)}
-    assert {tuple(row) for row in masks.int().tolist()} == allowed     # each start drawn, 8 never chosen
-    assert not occurrence_mask(ids, candidates, answer, 0.0).any()
-    assert not occurrence_mask(ids, torch.zeros_like(answer), answer, 1.0).any()
+    from dico.train import occurrence_positions
+
+    # answer: 7 3 7 8 7 ; numbers are 7 and 3 (id 8 is a word); one entity with mentions at [1, 2] and [4]
+    answer = [7, 3, 7, 8, 7]
+    number = torch.zeros(10, dtype=torch.bool)
+    number[[3, 7]] = True
+    rng = random.Random(0)
+    got = {tuple(occurrence_positions(answer, [], number, rng)) for _ in range(200)}
+    assert got == {(0, 2, 4), (2, 4), (4,), (1,)}                  # each number start, with its later mentions
+    spans = [[[1, 2], [4]]]
+    got = {tuple(occurrence_positions(answer, spans, number, rng)) for _ in range(400)}
+    assert {(1, 2, 4), (4,)} <= got                                # a mention with every later mention
+    assert occurrence_positions([8, 8], [], number, rng) == []
 
 
-def test_content_positions_are_numbers_and_answer_words_that_stand_in_the_prompt():
-    from dico.train import content_positions
+def test_make_batch_masks_extra_positions_only_inside_the_answer(tokenizer):
+    import random
 
-    #        [CLS] Tom  has  5 [SEP] | Tom  gets  3  more  .  = | eot
-    ids = torch.tensor([[2, 10, 11, 20, 3, 10, 12, 21, 13, 14, 15, 6]])
-    response = torch.tensor([[False] * 5 + [True] * 7])
-    answer = response & (ids != 6)
-    number = torch.zeros(30, dtype=torch.bool)
-    number[[20, 21]] = True
-    word = torch.zeros(30, dtype=torch.bool)
-    word[[10, 11, 12, 13]] = True
-    got = content_positions(ids, answer, response, torch.ones_like(ids), number, word)
-    assert got[0].nonzero().flatten().tolist() == [5, 7]      # "Tom" (in the prompt) and "3" (a number)
+    from dico import tasks
+    from dico.train import make_batch, token_tables
+
+    items = tasks.make_split("word", size=8)
+    number, _ = token_tables(tokenizer)
+    ids, attention, response, extra = make_batch(items, tokenizer, random.Random(0), 128, 0.0, 1.0, number)
+    assert extra.any(dim=1).all()
+    assert not (extra & ~response).any() and not (extra & (ids == tokenizer.eos_token_id)).any()
 
 
 def test_extra_masked_positions_count_once_not_one_over_t():
