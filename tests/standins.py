@@ -281,7 +281,7 @@ def tiny_model_folder(path: Path, max_positions: int = 64, seed: int = 0) -> Pat
     from dico.train import build_model, build_tokenizer
 
     torch.manual_seed(seed)
-    tokenizer = build_tokenizer(TINY_TEXTS, max_number=20)
+    tokenizer = build_tokenizer(vocab_size=300, max_number=20)
     model = build_model(len(tokenizer), hidden=32, layers=2, heads=2, max_positions=max_positions)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path, safe_serialization=True)
