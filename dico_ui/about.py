@@ -5,6 +5,7 @@ from __future__ import annotations
 import string
 
 from dico.models import EMBEDDED_NAME
+from dico.settings import settings_table
 from dico.trace import BUNDLE_SCHEMA, Trace
 from dico_ui import render
 from dico_ui.request import CONTROLS, group_label
@@ -35,15 +36,8 @@ def settings_tables() -> str:
     groups: dict[str, list] = {}
     for group, spec in CONTROLS:
         groups.setdefault(group, []).append(spec)
-    out = []
-    for group, group_specs in groups.items():
-        rows = ["| setting | default | allowed | paper / authors' code | what it does |", "|---|---|---|---|---|"]
-        for s in group_specs:
-            allowed = " / ".join(s.choices) if s.choices else ("on / off" if s.type is bool else s.interval())
-            origin = "; ".join(f"{k}: {v}" for k, v in (("paper", s.paper), ("code", s.code)) if v is not None)
-            rows.append(f"| `{s.name}` | {s.default} | {allowed} | {origin or 'same'} | {s.help} |")
-        out.append(f"**{group_label(group)}**\n\n" + "\n".join(rows))
-    return "\n\n".join(out)
+    return "\n\n".join(f"**{group_label(group)}**\n\n" + settings_table(group_specs)
+                       for group, group_specs in groups.items())
 
 
 def lesson(r: dict) -> str:
