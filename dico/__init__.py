@@ -17,7 +17,7 @@ _EXPORTS = {
     "decode_batch": "dico.batch", "generate_batch": "dico.batch",
     "EMBEDDED_NAME": "dico.models", "MaskPredictor": "dico.models", "ModelError": "dico.models",
     "from_module": "dico.models", "load_model": "dico.models",
-    "make_rule": "dico.rules", "METHODS": "dico.settings", "DiCoSettings": "dico.settings",
+    "make_rule": "dico.methods", "METHODS": "dico.settings", "DiCoSettings": "dico.settings",
     "FastSettings": "dico.settings", "FastFactorSettings": "dico.settings", "VanillaSettings": "dico.settings",
     "settings_for": "dico.settings",
     "SCHEMA": "dico.trace", "Step": "dico.trace", "Trace": "dico.trace", "TraceError": "dico.trace",

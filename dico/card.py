@@ -170,7 +170,7 @@ def issue_prompts(predictor, gen_length=GEN_LENGTH, block_length=32) -> list[dic
     """Decode the issue's prompts with every method, non-AR and semi-AR: right answer, and the name and object
     copied (every word-problem entity appears in the text and no other list name or object does)."""
     from dico.loop import generate
-    from dico.rules import METHODS
+    from dico.settings import METHODS
 
     others = [w for w in tasks.NAMES + tasks.OBJECTS + tasks.HELD_OUT_NAMES + tasks.HELD_OUT_OBJECTS]
     rows = []

@@ -5,7 +5,8 @@ Every rule follows one small protocol (``Rule``): ``start(window)`` when a windo
 (confidence, prediction, logit margin, which positions are masked, the window) and returns the
 positions to commit, its phase, and for DiCo its seeds and clusters. The denoising loop in
 ``dico.loop`` drives every rule the same way and records the trace. Each rule's settings are a
-dataclass of ``dico.settings``, checked when built. Section references are to DICO_SPEC.md.
+dataclass of ``dico.settings``, checked when built; ``dico.methods.make_rule`` builds a method's
+rule. Section references are to DICO_SPEC.md.
 """
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from typing import Protocol
 import torch
 
 from dico.sampling import DREAM_RANKS
-from dico.settings import (FastFactorSettings, FastSettings, NON_AR, Settings, VanillaSettings,
-                           settings_for)
+from dico.settings import FastFactorSettings, FastSettings, Settings, VanillaSettings
 
 DREAM_EPS = 1e-3        # Dream's timesteps run from 1 down to this
 
@@ -181,17 +181,3 @@ class FastFactor:
         cand = s.candidates()
         picked = factor_set(s.conf, torch.nonzero(cand).flatten(), self.settings.factor).tolist()
         return Choice(picked or top1(s.conf, cand), "fast")
-
-
-# ------------------------------------------------------------------------- construction
-
-def make_rule(method: str, mode: str = NON_AR, settings: Settings | dict | None = None) -> Rule:
-    """The rule for a method with its settings (a settings object or a plain dict, checked here)."""
-    if not isinstance(settings, Settings):
-        settings = settings_for(method, settings)
-    elif settings.method != method:
-        raise ValueError(f"settings: {type(settings).__name__} are not the settings of method {method!r}")
-    if method == "dico":
-        from dico.divide_conquer import DiCo
-        return DiCo(settings, mode)
-    return {"vanilla": Vanilla, "fast": FastThreshold, "fast-factor": FastFactor}[method](settings)

@@ -360,7 +360,7 @@ def scores(conf, *, decoded=(), window=None, margin=None):
 
 def rule(method: str, mode: str = "non-ar", **settings):
     """A rule with its settings as keywords."""
-    from dico.rules import make_rule
+    from dico.methods import make_rule
     return make_rule(method, mode, settings)
 
 

@@ -12,7 +12,8 @@ import torch
 
 import dico
 from dico.divide_conquer import DiCo
-from dico.rules import Vanilla, factor_set, make_rule
+from dico.methods import make_rule
+from dico.rules import Vanilla, factor_set
 from dico.settings import DiCoSettings
 from standins import MASK_ID, rule, run, scores, scripted
 
