@@ -154,8 +154,10 @@ def _asked(session: str) -> float:
     return _clicks.pop(session, None) or time.monotonic()
 
 
-def _stream(request, make_request):
-    """Clear the page, check the request, stream the race, then draw everything from the traces."""
+def _stream(request, make_request, raise_errors: bool = True):
+    """Clear the page, check the request, stream the race, then draw everything from the traces. A bad request
+    is said in the status; API callers also get it raised, the page gets it as a toast (an error raised right
+    after a yield can reach the browser before that yield does, leaving the old status on screen)."""
     session = _session(request)
     since = _asked(session)
     if stopped_since(session, since):
@@ -168,7 +170,10 @@ def _stream(request, make_request):
         predictor, warnings, outside = check(req)
     except ValueError as exc:        # said in the status too, where the eye is after pressing Run
         yield (f"**Cannot run**: {clean(exc)}",) + tuple(gr.skip() for _ in RESULTS[1:])
-        raise
+        if raise_errors:
+            raise
+        gr.Warning(clean(exc), title="Cannot run")
+        return
     for warning in warnings:
         gr.Warning(clean(warning))
     token_text = functools.lru_cache(maxsize=None)(predictor.token_text)
@@ -213,7 +218,7 @@ def run_ui(request: gr.Request, prompt, model, mode, gen_length, block_length, m
     """The Run button: the generated settings controls' values, in ``request.CONTROLS`` order, after the rest."""
     yield from _stream(request, lambda: build_request(prompt, model, mode, gen_length, block_length, methods,
                                                       settings_from_controls(methods or [], settings),
-                                                      capture_attention))
+                                                      capture_attention), raise_errors=False)
 
 
 @friendly("Cannot run")

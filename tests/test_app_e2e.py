@@ -141,7 +141,7 @@ def test_bad_values_get_a_clear_message_and_toasts_keep_their_direction(watched_
     box.fill("-5")
     page.locator("#run").click()
     expect(page.locator(".toast-body").first).to_contain_text("must be", timeout=LONG)
-    expect(page.locator("#status")).to_contain_text("Cannot run")
+    expect(page.locator("#status")).to_contain_text("Cannot run", timeout=LONG)
     page.screenshot(path=str(artifacts / "bad-value.png"))
     expect(page.locator("#answers .lane")).to_have_count(0)          # the error cleared the old results
     box.fill("0")

@@ -57,10 +57,15 @@ def test_attention_capture_on_the_embedded_model(predictor):
             assert row is None or (len(row) == 49 and min(row) >= 0 and abs(sum(row) - 1) < 2e-3)  # rows are distributions
 
 
-@pytest.mark.parametrize("family", tasks.FAMILIES)
-def test_decoding_a_tokenized_text_gives_it_back(predictor, family):
-    """The checker reads decoded text, so decode must not respace "answer: 8" into "answer : 8"."""
-    for item in tasks.make_split(family)[:100]:
+def test_decoding_a_tokenized_text_gives_it_back(predictor):
+    """The checker reads decoded text, so decode must not respace "answer: 8" into "answer : 8". (Texts with words
+    outside a word-level model's vocabulary cannot come back, whatever the spacing: they are left out.)"""
+    checked = 0
+    for item in (item for family in tasks.FAMILIES for item in tasks.make_split(family)[:200]):
         for text in (item.prompt, item.answer):
+            if predictor.unknown_words(text):
+                continue
             ids = predictor.tokenizer(text, add_special_tokens=False)["input_ids"]
             assert predictor.decode(ids + [predictor.tokenizer.eos_token_id]) == text
+            checked += 1
+    assert checked >= 100
