@@ -1,5 +1,4 @@
 """The shipped model: loads offline like a hub model and solves a held-out word problem."""
-import time
 
 import pytest
 
@@ -26,9 +25,6 @@ def test_loads_through_the_hub_path_offline_with_eager_attention(predictor):
     assert predictor.supports_attention and predictor.model.config._attn_implementation == "eager"
     assert predictor.mask_id == AutoTokenizer.from_pretrained(EMBEDDED).mask_token_id
     assert AutoModelForMaskedLM.from_pretrained(EMBEDDED).config.model_type == "bert"
-    start = time.perf_counter()
-    dico.load_model()
-    assert time.perf_counter() - start < 10      # the card reports the measured time (under 3 s when idle)
 
 
 def test_answers_a_fixed_held_out_word_problem_with_vanilla(predictor):
