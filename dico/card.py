@@ -245,7 +245,7 @@ CURVE_KEYS = ["computed_result_accuracy_word", "name_object_accuracy_word", "nam
               "stutter_rate_word"]
 
 
-def curve(run: str, items: int, prompts: bool = False, decode_items: int = 0) -> list[dict]:
+def curve(run: str, items: int, prompts: bool = False, decode_items: int = 0, only=None) -> list[dict]:
     """Measure every snapshot of a training run (RUN/snapshots/step-N, and RUN itself when its log says final)
     not yet in RUN/curve.json; write curve.json and curve.md (measures against training minutes)."""
     from pathlib import Path
@@ -258,7 +258,7 @@ def curve(run: str, items: int, prompts: bool = False, decode_items: int = 0) ->
     if (run / "train_log.json").exists() and json.loads((run / "train_log.json").read_text())["tag"] == "final":
         folders.append(run)
     for folder in folders:
-        if str(folder) in done:
+        if str(folder) in done or (only and folder.name not in only):
             continue
         log = json.loads((folder / "train_log.json").read_text())
         report = measure(str(folder), items, items, decode_items, prompts)
@@ -290,10 +290,12 @@ def main(argv=None) -> int:
     parser.add_argument("--curve", metavar="RUN", help="measure every unmeasured snapshot of a training run with "
                                                        "--items items for every one-pass measure and "
                                                        "--decode-items decoded items (the issue prompts skipped)")
+    parser.add_argument("--snapshots", help="with --curve: only these folders, e.g. step-1583,bpe1")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     if args.curve:
-        curve(args.curve, args.items, decode_items=args.decode_items)
+        curve(args.curve, args.items, decode_items=args.decode_items,
+              only=args.snapshots.split(",") if args.snapshots else None)
         return 0
     report = measure(args.model, args.items, args.profile_items, args.decode_items, not args.no_prompts)
     print(json.dumps(report, indent=1))
