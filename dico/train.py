@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import re
 import sys
@@ -188,7 +187,6 @@ def warm_start(model, tokenizer, source: str) -> int:
     """Copy a trained model's layers into ``model`` and its embedding rows for tokens both vocabularies share
     (" 17" <- "17", " apples" <- "apples", "." <- "."): the earlier model's arithmetic and answer format carry
     over; the new tokens start fresh. Returns the number of rows copied."""
-    import torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     old = AutoModelForMaskedLM.from_pretrained(source)
