@@ -39,7 +39,7 @@ def attention_figure(trace: Trace, percentile: float = 99.0) -> go.Figure:
     att = trace.attention
     if att is None:
         return notice("Attention was not captured for this run; enable capture (\"capture attention\") and run "
-                      "again.<br>Only models that return attention maps support it.", "Attention of masked positions")
+                      "again.<br>Every model kind supports it (LLaDA and Dream through recomputing hooks).", "Attention of masked positions")
     n, mats = trace.gen_length, _matrices(trace)
     stack = np.stack(mats)
     values, keys = stack[np.isfinite(stack)], stack[:, :, 1:][np.isfinite(stack[:, :, 1:])]
