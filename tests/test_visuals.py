@@ -428,9 +428,12 @@ def test_method_ids_are_read_from_ids_labels_and_variant_labels():
 
 @pytest.mark.parametrize("style", ["labels in method (shipped rows)", "ids with labels"])
 def test_benchmark_colours_each_method_by_its_id(style):
-    rows = bench_rows()
+    labels = [r.get("label", r["method"]) for r in bench_rows()]      # shipped rows of either format
+    bare = [{k: v for k, v in r.items() if k != "label"} for r in bench_rows()]
     if style == "ids with labels":
-        rows = [dict(r, method=method_id(r["method"]), label=r["method"]) for r in rows]
+        rows = [dict(r, method=method_id(label), label=label) for r, label in zip(bare, labels)]
+    else:
+        rows = [dict(r, method=label) for r, label in zip(bare, labels)]
     fig = accuracy_nfe_figure(rows)
     points = [d for d in fig.data if d.mode == "markers"]
     assert sum(len(d.x) for d in points) == len(rows)
@@ -450,7 +453,8 @@ def test_benchmark_draws_answer_nfe_when_rows_have_it():
     assert sorted(x for d in answered for x in segments(d.x) for x in x[:1]) == sorted(r["answer_nfe_mean"]
                                                                                        for r in rows)
     assert all(d.marker.symbol.endswith("-open") for d in answered)
-    assert not any(d.name.endswith("answer NFE") for d in accuracy_nfe_figure(bench_rows()).data)
+    without = [{k: v for k, v in r.items() if k != "answer_nfe_mean"} for r in bench_rows()]
+    assert not any(d.name.endswith("answer NFE") for d in accuracy_nfe_figure(without).data)
     with pytest.raises(ValueError, match="nfe_mean"):
         accuracy_nfe_figure([dict(method="dico", mode="non-ar", task="t", accuracy=0.5)])
 
