@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from dico.attention import AttentionHooks
+from dico.trace import END_TEXTS
 
 EMBEDDED = Path(__file__).resolve().parent.parent / "assets" / "dico-tiny"
 EMBEDDED_NAME = "dico-tiny"
@@ -127,7 +128,7 @@ class MaskPredictor:
         tokens of known chat formats found in ``get_vocab()`` (slow tokenizers have no ``.vocab``)."""
         if self._stops is None:     # get_vocab() builds a fresh dict (126k entries for LLaDA): once only
             vocab = self.tokenizer.get_vocab() if hasattr(self.tokenizer, "get_vocab") else {}
-            ids = {getattr(self.tokenizer, "eos_token_id", None)} | {vocab[t] for t in END_TOKENS if t in vocab}
+            ids = {getattr(self.tokenizer, "eos_token_id", None)} | {vocab[t] for t in END_TEXTS if t in vocab}
             ids |= set(self.eos_ids) | _eos_ids(getattr(self.model, "generation_config", None))
             self._stops = frozenset(int(i) for i in ids if i is not None and int(i) != self.mask_id)
         return set(self._stops)
@@ -155,8 +156,6 @@ class MaskPredictor:
         return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
 
 
-# End-of-text tokens of the supported tokenizers (embedded, LLaDA/Llama-3, Dream/Qwen, GPT-2, BERT-like).
-END_TOKENS = frozenset({"<|eot|>", "<|endoftext|>", "<|eot_id|>", "<|im_end|>", "</s>"})
 _PUNCTUATION = re.compile(r"[.,!?;:)\]}'%]+")
 
 

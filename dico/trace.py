@@ -53,7 +53,8 @@ STAGES = ("early", "middle", "late")
 # A trace can hold at most this many steps per response position (a sampler may waste passes; a
 # file claiming more is not a decode).
 MAX_STEPS_PER_POSITION = 16
-# Display texts of end-of-text tokens, to find where the answer ends in a schema-1 file.
+# End-of-text tokens of the supported tokenizers (embedded, LLaDA/Llama-3, Dream/Qwen, GPT-2, BERT-like):
+# the loader's stop ids, and where the answer ends in a schema-1 file.
 END_TEXTS = frozenset({"<|eot|>", "<|endoftext|>", "<|eot_id|>", "<|im_end|>", "</s>"})
 
 
