@@ -7,9 +7,9 @@ same ``Spec.check`` the library uses, so a control, its range and its validation
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 
+from dico import tasks
 from dico.loop import check_inputs, check_request
 from dico.models import EMBEDDED_NAME, MaskPredictor
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, NON_AR, SEMI_AR, SETTINGS, own_specs, \
@@ -23,9 +23,6 @@ SHARED = "sampling"              # the group of the sampling options every metho
 # Every generated settings control, in page order: (group, Spec); a group is SHARED or a method id.
 CONTROLS = [(SHARED, spec) for spec in sampling_specs()] + \
     [(method, spec) for method in METHODS for spec in own_specs(SETTINGS[method])]
-# The embedded model's task shapes (dico/tasks.py): a "How many ..." word problem, or an operation on a list.
-_WORD_SHAPE = re.compile(r"\bhow many\b", re.IGNORECASE)
-_LIST_SHAPE = re.compile(r"\b(add|increase|subtract|take|smaller|double|twice|multiply)\b", re.IGNORECASE)
 
 
 @dataclass
@@ -129,20 +126,9 @@ def check(req: RunRequest) -> tuple[MaskPredictor, list[str], str]:
             shown = ", ".join(f"'{w}'" for w in unknown[:12])
             warnings.append(f"prompt: the model {EMBEDDED_NAME} does not know {shown}; it reads "
                             f"{'them' if len(unknown) > 1 else 'it'} as an unknown word. It still runs.")
-        shape = task_shape(req.prompt)
-        if unknown or shape is None:
-            why = [f"{len(unknown)} unknown word(s)"] if unknown else []
-            why += [] if shape else ["no word-problem or list-task shape recognised"]
+        why = ([f"{len(unknown)} unknown word(s)"] if unknown else []) + tasks.outside(req.prompt)
+        if why:
             outside = (f"This prompt lies outside what {EMBEDDED_NAME} was trained on ({'; '.join(why)}): "
                        "expect a task-shaped guess, not an answer.")
     return predictor, warnings, outside
 
-
-def task_shape(prompt: str) -> str | None:
-    """The embedded model's task family this prompt looks like ("word", "list"), or None."""
-    numbers = re.findall(r"\d+", prompt)
-    if _WORD_SHAPE.search(prompt) and numbers:
-        return "word"
-    if len(numbers) >= 2 and _LIST_SHAPE.search(prompt):
-        return "list"
-    return None

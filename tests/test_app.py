@@ -8,13 +8,13 @@ import pytest
 
 import dico
 from dico.settings import METHODS, SETTINGS, DiCoSettings, specs
+from dico.tasks import task_shape
 
 gr = pytest.importorskip("gradio")
 
 from dico_ui import handlers as h, render  # noqa: E402
 from dico_ui.race import race, replay  # noqa: E402
-from dico_ui.request import (CONTROLS, SHARED, RunRequest, settings_from_controls, settings_from_json,  # noqa: E402
-                             task_shape)
+from dico_ui.request import CONTROLS, SHARED, RunRequest, settings_from_controls, settings_from_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = json.loads((ROOT / "assets" / "examples.json").read_text())["examples"]

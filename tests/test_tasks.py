@@ -126,3 +126,42 @@ def test_copy_drills_repeat_their_words_in_order_and_are_a_sixth_of_training():
     for item in drills:
         assert item.target in item.prompt and item.answer.endswith(item.target + ".")
         assert 2 <= len(item.entities) <= 5
+
+
+ISSUE_16_PROMPTS = {
+    "Tom has 5 apples. He buys 3 more. How many apples does Tom have now?": "8",
+    "Nora has 14 shells. She finds 5 more shells at the beach. Then she gives 3 shells to her brother. "
+    "How many shells does Nora have now?": "16",
+    "Take the numbers 12, 5, 8, 1. Subtract 1 from each number.": "11, 4, 7, 0",
+}
+
+
+def test_every_trained_and_held_out_prompt_lies_inside_the_trained_tasks():
+    stream = tasks.train_stream(seed=5)
+    training = [next(stream) for _ in range(600)]
+    for item in training + [i for family in tasks.FAMILIES for i in tasks.make_split(family)]:
+        assert tasks.outside(item.prompt) == [], item.prompt
+        assert tasks.task_shape(item.prompt) == item.family, item.prompt
+    for prompt in ISSUE_16_PROMPTS:
+        assert tasks.outside(prompt) == [], prompt
+
+
+@pytest.mark.parametrize("prompt, reason", [
+    ("What is the capital of France?", "no word problem"),
+    ("Tom has 500 apples. He buys 3 more. How many apples does Tom have now?", "numbers above 200"),
+    ("Tom has 90 apples. He buys 3 more. How many apples does Tom have now?", "start from 2 to 60"),
+    ("Tom has 9 apples. He shares them with 3 friends. How many apples does each friend get?", "only adding"),
+    ("Tom has 5 apples. He buys 1. He buys 2. He buys 3. He buys 4. How many apples does Tom have?", "4 changes"),
+    ("Here is a list: 4, 9. Add 2 to each number.", "a list of 2"),
+    ("Here is a list: 4, 9, 70. Add 2 to each number.", "trained up to 50"),
+    ("Here is a list: 4, 9, 7. Add 12 to each number.", "1 to 9"),
+    ("Here is a list: 4, 9, 7. Subtract 5 from each number.", "below 0"),
+    ("Here is a list: 4, 9, 7. Multiply every number by 3.", "only adding"),
+])
+def test_prompts_outside_the_trained_tasks_are_told_why(prompt, reason):
+    assert any(reason in why for why in tasks.outside(prompt)), tasks.outside(prompt)
+
+
+def test_a_copy_drill_is_a_trained_shape():
+    assert tasks.task_shape("Repeat the words Brenda, dweebs, postcards.") == "copy"
+    assert tasks.outside("Repeat the words Brenda, dweebs, postcards.") == []
