@@ -233,6 +233,18 @@ def diffusion_loss(model, ids, attention, response, mask_id: int, generator=None
     return (ce * weights).sum() / response.sum().clamp(min=1)
 
 
+def export(run: Path, out: Path) -> int:
+    """Ship a run in float16: half the disk, and the loader upcasts it to float32 on a CPU (bf16 on CUDA)."""
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    AutoModelForMaskedLM.from_pretrained(run, dtype=torch.float32).half().save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(run).save_pretrained(out)
+    (out / "train_log.json").write_text((run / "train_log.json").read_text())
+    print(f"exported {run} to {out} in float16", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dico.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder to write the model, tokenizer, train log and "
@@ -277,7 +289,12 @@ def main(argv=None) -> int:
     start_from.add_argument("--resume", action="store_true",
                             help="continue OUT from its trainer_state.pt: model, optimizer, step count and elapsed "
                                  "time (the data stream is reseeded with the step count)")
+    start_from.add_argument("--export-from", metavar="RUN",
+                            help="write RUN's weights to OUT in float16 with its tokenizer and train_log.json (what "
+                                 "ships in assets/), then stop")
     args = parser.parse_args(argv)
+    if args.export_from:
+        return export(Path(args.export_from), Path(args.out))
 
     import torch
 

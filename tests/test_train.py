@@ -49,6 +49,16 @@ def test_training_command_writes_a_model_that_loads_back_and_resumes_where_it_st
     after = torch.load(out / "trainer_state.pt", weights_only=False)
     assert after["elapsed_s"] > before["elapsed_s"] and after["optimizer"]["state"]      # optimizer state carried
 
+    shipped = tmp_path / "shipped"
+    result = _train(shipped, "--export-from", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((shipped / "config.json").read_text())["dtype"] == "float16"
+    assert json.loads((shipped / "train_log.json").read_text())["step"] == 5
+    assert (shipped / "model.safetensors").stat().st_size < 0.6 * (out / "model.safetensors").stat().st_size
+    ids = dico.load_model(out).tokenizer("Tom has 5 apples.", return_tensors="pt")["input_ids"]
+    full, half = (dico.load_model(folder).model(input_ids=ids).logits for folder in (out, shipped))
+    assert half.dtype == torch.float32 and torch.allclose(full, half, atol=0.05)     # upcast on load; fp16 rounding
+
 
 def test_tokenizer_has_no_unknown_token_and_round_trips_any_text(tokenizer):
     assert tokenizer.unk_token_id is None and tokenizer.mask_token == "[MASK]" and tokenizer.eos_token == "<|eot|>"
