@@ -189,12 +189,12 @@ _EDIBLE = {"apples", "cookies", "eggs", "candies", "oranges", "bananas", "pears"
 
 # ----------------------------------------------------------------------------- list operations
 
-def _list_item(rng: random.Random, top: int = 20) -> Item:
+def _list_item(rng: random.Random, top: int = 20, step_top: int = 9) -> Item:
     items = [rng.randint(1, top) for _ in range(rng.randint(3, 6))]
     op = _pick(rng, ["add", "sub", "double"])
-    k = rng.randint(1, 9)
+    k = rng.randint(1, step_top)
     if op == "sub":
-        k = rng.randint(1, min(9, min(items)))          # down to 0 included ("1 - 1 = 0")
+        k = rng.randint(1, min(step_top, min(items)))   # down to 0 included ("1 - 1 = 0")
     listed = ", ".join(map(str, items))
     intro = _pick(rng, [f"Here is a list: {listed}.", f"Take the numbers {listed}.",
                         f"Start from the list {listed}.", f"We have the numbers {listed}.",
@@ -274,7 +274,11 @@ def make_split(family: str, split: str = "test", size: int | None = None) -> lis
 # stay the families above.
 TRAIN_MIX = (("word", 2), ("list", 1))
 COPY_SHARE = 1 / 6      # copy drills (see _copy_item), added from step ~1,700 of the first BPE run
-DRILL_TOP, DRILL_SHARE = 50, 1 / 3
+# Measured at step 8,318 of the BPE run (150 word problems, each equation result masked with its later mentions):
+# doubling 99% right, but adding 60% and subtracting 72%; first operand up to 20: 89%, 21-60: 63%, above 60: 0%.
+# Word problems add and take away up to 20 on numbers past 60, which lists up to 50 with steps up to 9 never
+# drilled; from step 9,443 half the lists are drills up to 100 with steps up to 20.
+DRILL_TOP, DRILL_STEP, DRILL_SHARE = 100, 20, 1 / 2
 
 
 def train_stream(seed: int, families=FAMILIES, copy_drills: bool = True):
@@ -287,7 +291,7 @@ def train_stream(seed: int, families=FAMILIES, copy_drills: bool = True):
         if copy_drills and rng.random() < COPY_SHARE:
             item = _copy_item(rng)
         elif family == "list" and rng.random() < DRILL_SHARE:
-            item = _list_item(rng, top=DRILL_TOP)
+            item = _list_item(rng, top=DRILL_TOP, step_top=rng.choice((9, DRILL_STEP)))
         elif family == "word" and rng.random() < INVENTED_SHARE:
             item = _word_item(rng, invented=True)
         else:
@@ -325,7 +329,7 @@ _UNTRAINED_OP = re.compile(r"\b(divide[sd]?|half|halves|triples?|tripled|times|p
                            r"multipl\w*[^.]*?\bby (?!2\b)\d+)\b", re.IGNORECASE)
 _SUBTRACT = re.compile(r"\b(subtract|take \d+ away|smaller by)\b", re.IGNORECASE)
 _NUMBER_LIST = re.compile(r"\d+(?:\s*,\s*\d+)+")
-WORD_START, LIST_ITEMS, LIST_TOP, LIST_STEP, SINGLE_TOKEN_TOP = (2, 60), (3, 6), DRILL_TOP, 9, 200
+WORD_START, LIST_ITEMS, LIST_TOP, LIST_STEP, SINGLE_TOKEN_TOP = (2, 60), (3, 6), DRILL_TOP, DRILL_STEP, 200
 
 
 def task_shape(prompt: str) -> str | None:

@@ -212,10 +212,10 @@ def test_api_settings_json_is_checked_by_the_library():
 
 
 def test_prompts_outside_the_tasks_get_a_banner_not_praise(app_module, predictor):
-    with pytest.warns(UserWarning, match="does not know"):
-        *_, last = run(prompt=OUTSIDE, gen_length=16)
+    *_, last = run(prompt=OUTSIDE, gen_length=16)
     result = dict(zip(h.RESULTS, last))
     assert 'class="banner"' in result["answers"] and "outside" in result["status"]
+    assert "no word problem" in result["status"]                 # says why (dico.tasks.outside)
     assert "fewer forward passes" not in result["status"]
     assert task_shape(WORD) == "word" and task_shape(LIST) == "list" and task_shape(OUTSIDE) is None
     for example in EXAMPLES:
@@ -224,8 +224,9 @@ def test_prompts_outside_the_tasks_get_a_banner_not_praise(app_module, predictor
 
 
 def test_toasts_strip_bidi_controls_and_escape_html(app_module, predictor):
+    """A toast that repeats what the user typed (here a model name) can neither reverse nor inject markup."""
     with pytest.warns(UserWarning) as caught:
-        list(run(prompt="Tom has 5 \u202eapples <b>zzqx</b>. How many apples does Tom have now?", gen_length=8))
+        list(run(model="dico\u202e<b>zzqx</b>", gen_length=8))
     text = " ".join(str(w.message) for w in caught)
     assert "\u202e" not in text and "<b>" not in text and "zzqx" in text
 

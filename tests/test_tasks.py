@@ -73,7 +73,7 @@ def test_training_stream_favours_word_problems_and_drills_lists_past_twenty():
     assert 0.6 < words / len(items) < 0.73
     lists = [item for item in items if item.family == "list"]
     biggest = [max(map(int, re.findall(r"\d+", item.prompt.split(".")[0]))) for item in lists]   # the list sentence
-    assert 0.2 < sum(b > 20 for b in biggest) / len(lists) < 0.4
+    assert 0.35 < sum(b > 20 for b in biggest) / len(lists) < 0.55
     assert max(biggest) <= tasks.DRILL_TOP
 
 
@@ -153,8 +153,8 @@ def test_every_trained_and_held_out_prompt_lies_inside_the_trained_tasks():
     ("Tom has 9 apples. He shares them with 3 friends. How many apples does each friend get?", "only adding"),
     ("Tom has 5 apples. He buys 1. He buys 2. He buys 3. He buys 4. How many apples does Tom have?", "4 changes"),
     ("Here is a list: 4, 9. Add 2 to each number.", "a list of 2"),
-    ("Here is a list: 4, 9, 70. Add 2 to each number.", "trained up to 50"),
-    ("Here is a list: 4, 9, 7. Add 12 to each number.", "1 to 9"),
+    ("Here is a list: 4, 9, 170. Add 2 to each number.", "trained up to 100"),
+    ("Here is a list: 4, 9, 7. Add 25 to each number.", "1 to 20"),
     ("Here is a list: 4, 9, 7. Subtract 5 from each number.", "below 0"),
     ("Here is a list: 4, 9, 7. Multiply every number by 3.", "only adding"),
 ])
