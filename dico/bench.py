@@ -291,6 +291,8 @@ def main(argv=None) -> int:
         model_name = predictor.name if predictor else (args.model or EMBEDDED_NAME)
         where = machine() + (f", {args.jobs} processes of 1 torch thread" if args.jobs > 1 else "")
         start = time.time()
+        if not args.what:
+            title += ": gen / block " + ", ".join(f"{g} / {b}" for g, b in lengths)
         if args.what == ["throughput"]:
             n_items = args.items or (4 if args.quick else 16)
             print(f"throughput: model {model_name}, {2 * n_items} prompts, batch sizes "
