@@ -2,6 +2,7 @@
 
     python -m dico.card [--model assets/dico-tiny] [--items 500] [--profile-items 200] [--decode-items 200] [--json PATH]
     python -m dico.card --curve runs/NAME --items 100      # every checkpoint snapshot of a run: curve.json, curve.md
+    python -m dico.card --by-operation --model M --items 150   # computed results by operation and number size
 
 - Masked alone: each number (or, for word problems, each mention of the name and the object, every BPE piece
   of it) of the worked answer masked on its own with everything else given: does the model copy and compute it?
@@ -89,7 +90,12 @@ def masked_alone_accuracy(predictor, items, which: re.Pattern | str = NUMBER, ge
     number or entity, so nothing later in the answer gives it away: a result must then be computed and a name
     copied from the prompt, which is the state confidence-ordered decoding reaches when it leaves those for last.
     """
-    right = total = 0
+    results = list(_masked_alone(predictor, items, which, gen_length, after, with_later))
+    return sum(ok for _, ok in results) / max(len(results), 1)
+
+
+def _masked_alone(predictor, items, which, gen_length, after, with_later):
+    """(the unit's answer tokens as text, right or not) for every unit ``masked_alone_accuracy`` scores."""
     for item in items:
         prompt, answer, response = _layout(predictor, item, gen_length)
         answer = answer[:len(response)]
@@ -113,9 +119,26 @@ def masked_alone_accuracy(predictor, items, which: re.Pattern | str = NUMBER, ge
         for row, (_, hidden) in enumerate(units):
             batch[row, [len(prompt) + i for i in hidden]] = predictor.mask_id
         pred = predictor.forward(batch)[0][:, len(prompt):].argmax(-1)
-        right += sum(all(int(pred[row, i]) == answer[i] for i in wanted) for row, (wanted, _) in enumerate(units))
-        total += len(units)
-    return right / max(total, 1)
+        for row, (wanted, _) in enumerate(units):
+            context = texts[max(0, wanted[0] - 4):wanted[-1] + 1]
+            yield context, all(int(pred[row, i]) == answer[i] for i in wanted)
+
+
+def _size(text: str) -> str:
+    return "?" if not text.isdigit() else "<=20" if int(text) <= 20 else "21-60" if int(text) <= 60 else ">60"
+
+
+def computed_by_operation(predictor, items, gen_length=GEN_LENGTH) -> dict:
+    """Computed step results (each masked with its later mentions) split by operation and by the size of the
+    first operand and of the result: where the arithmetic fails, to plan the next training data."""
+    groups: dict[str, list[int]] = {}
+    for context, ok in _masked_alone(predictor, items, NUMBER, gen_length, "=", True):
+        a, op, result = (context[0] if len(context) == 5 else "?"), context[-4] if len(context) >= 4 else "?", context[-1]
+        for key in (f"op {op}", f"first operand {_size(a)}", f"result {_size(result)}", "all"):
+            groups.setdefault(key, [0, 0])
+            groups[key][0] += ok
+            groups[key][1] += 1
+    return {key: {"n": n, "accuracy": round(right / n, 3)} for key, (right, n) in sorted(groups.items())}
 
 
 def _stutters(text: str) -> bool:
@@ -292,7 +315,14 @@ def main(argv=None) -> int:
                                                        "--decode-items decoded items (the issue prompts skipped)")
     parser.add_argument("--snapshots", help="with --curve: only these folders, e.g. step-1583,bpe1")
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--by-operation", action="store_true",
+                        help="only the computed results of --items word problems by operation and number size")
     args = parser.parse_args(argv)
+    if args.by_operation:
+        from dico.models import load_model
+        table = computed_by_operation(load_model(args.model), tasks.make_split("word", "test", args.items))
+        print(json.dumps(table, indent=1))
+        return 0
     if args.curve:
         curve(args.curve, args.items, decode_items=args.decode_items,
               only=args.snapshots.split(",") if args.snapshots else None)

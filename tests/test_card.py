@@ -1,4 +1,6 @@
 """The model card's measures score what they say: an oracle gets everything, a model that ignores the prompt gets little."""
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -93,6 +95,12 @@ def test_computed_results_and_first_mentions_cannot_be_read_back_from_later_in_t
     oracle = predictor_for(Oracle(truth, vocab), tokenizer)
     assert card.masked_alone_accuracy(oracle, [item], after="=", with_later=True) == 1.0
     assert card.masked_alone_accuracy(oracle, [item], "entities", with_later=True) == 1.0
+    by_op = card.computed_by_operation(copier, [item])
+    equations = re.findall(r"(\d+) ([-+*]) \d+ = (\d+)", item.answer)
+    assert by_op["all"] == {"n": len(equations), "accuracy": 0.0}
+    assert sum(v["n"] for k, v in by_op.items() if k.startswith("op ")) == len(equations)
+    assert {k[3:] for k in by_op if k.startswith("op ")} == {op for _, op, _ in equations}
+    assert card.computed_by_operation(oracle, [item])["all"]["accuracy"] == 1.0
 
 
 def test_decoded_counts_right_answers_and_stutters(tokenizer):

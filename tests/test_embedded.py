@@ -4,6 +4,7 @@ import pytest
 
 import dico
 from dico import tasks
+from dico.card import ISSUE_PROMPTS
 from dico.models import EMBEDDED
 
 
@@ -34,11 +35,30 @@ def test_answers_a_fixed_held_out_word_problem_with_vanilla(predictor):
     assert tasks.check(item, trace.text), (item, trace.text)
 
 
-def test_unknown_words_are_flagged_not_fatal(predictor):
-    prompt = "Tom has 5 zebras. He finds a quasar. How many apples does Tom have now?"
-    assert predictor.unknown_words(prompt) == ["zebras", "quasar"]
-    trace = dico.generate(predictor, prompt, "dico", gen_length=32)
-    assert trace.nfe >= 1 and "[MASK]" not in trace.text
+# Issue 16's three prompts, with every method in both modes: right answer, name and object copied. The runs the
+# shipped model still gets wrong are listed (strict: a fix makes them fail until this list is updated). Measured
+# at its card: 11 of 24 right, 22 of 24 copied; Nora's "gives 3 shells to her brother" is read as an addition.
+MISSES = {("Tom", "non-ar", "vanilla"), ("Tom", "non-ar", "fast"), ("Tom", "semi-ar", "dico"),
+          ("Take", "semi-ar", "fast"), ("Take", "semi-ar", "dico")} | \
+         {("Nora", mode, method) for mode in ("non-ar", "semi-ar") for method in ("vanilla", "fast", "fast-factor", "dico")}
+
+
+@pytest.mark.parametrize("item", ISSUE_PROMPTS, ids=lambda item: item.prompt.split()[0])
+@pytest.mark.parametrize("mode", ["non-ar", "semi-ar"])
+@pytest.mark.parametrize("method", dico.METHODS)
+def test_issue_16_prompts_decode_right_with_the_name_and_object_copied(predictor, item, mode, method, request):
+    if (item.prompt.split()[0], mode, method) in MISSES:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="issue 16 target not met by the shipped model"))
+    trace = dico.generate(predictor, item.prompt, method, mode=mode, gen_length=96,
+                          block_length=32 if mode == "semi-ar" else None)
+    assert tasks.check(item, trace.text) and all(e in trace.text for e in item.entities), trace.text
+
+
+def test_no_word_is_unknown_and_a_name_never_seen_is_copied(predictor):
+    prompt = "Quetzalina has 5 zebras. She finds 3 more zebras. How many zebras does Quetzalina have now?"
+    assert predictor.unknown_words(prompt) == []
+    trace = dico.generate(predictor, prompt, "vanilla", gen_length=96)
+    assert "Quetzalina" in trace.text and "zebras" in trace.text and tasks.extract_answer(trace.text) == "8", trace.text
 
 
 def test_attention_capture_on_the_embedded_model(predictor):
