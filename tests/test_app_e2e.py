@@ -134,7 +134,7 @@ def test_the_page_reads_at_phone_width(page, app_url, artifacts):
     assert problems["console"] == [] and problems["outside"] == []
 
 
-def test_bad_values_get_a_clear_message_and_toasts_keep_their_direction(watched_page, artifacts):
+def test_bad_values_get_a_clear_message_and_an_outside_prompt_a_notice(watched_page, artifacts):
     page = watched_page
     page.locator("#settings").click()
     box = page.locator("#settings input[type=number]").first
