@@ -133,7 +133,7 @@ def computed_by_operation(predictor, items, gen_length=GEN_LENGTH) -> dict:
     first operand and of the result: where the arithmetic fails, to plan the next training data."""
     groups: dict[str, list[int]] = {}
     for context, ok in _masked_alone(predictor, items, NUMBER, gen_length, "=", True):
-        a, op, result = (context[0] if len(context) == 5 else "?"), context[-4] if len(context) >= 4 else "?", context[-1]
+        a, op, _, _, result = context if len(context) == 5 else ("?", "?", "", "", context[-1])    # "a op b = result"
         for key in (f"op {op}", f"first operand {_size(a)}", f"result {_size(result)}", "all"):
             groups.setdefault(key, [0, 0])
             groups[key][0] += ok

@@ -83,9 +83,16 @@ def _pick(rng: random.Random, options):
 
 # ----------------------------------------------------------------------------- word problems
 
+# The ranges the generators draw from, also what ``outside`` tells a visitor was trained.
+WORD_START = (2, 60)        # a word problem's first number
+LIST_ITEMS = (3, 6)         # numbers in a list
+# Every number up to this is one token of the embedded model's tokenizer (dico.train); past it, pieces.
+MAX_NUMBER = 200
+
+
 def _start_value(rng: random.Random) -> int:
     """Mostly small starts, a third above 20 (a user's "Nora has 34 shells" must not be new)."""
-    return rng.randint(2, 20) if rng.random() < 0.65 else rng.randint(21, 60)
+    return rng.randint(WORD_START[0], 20) if rng.random() < 0.65 else rng.randint(21, WORD_START[1])
 
 
 def _word_item(rng: random.Random, held_out: bool = False, invented: bool = False) -> Item:
@@ -190,7 +197,7 @@ _EDIBLE = {"apples", "cookies", "eggs", "candies", "oranges", "bananas", "pears"
 # ----------------------------------------------------------------------------- list operations
 
 def _list_item(rng: random.Random, top: int = 20, step_top: int = 9) -> Item:
-    items = [rng.randint(1, top) for _ in range(rng.randint(3, 6))]
+    items = [rng.randint(1, top) for _ in range(rng.randint(*LIST_ITEMS))]
     op = _pick(rng, ["add", "sub", "double"])
     k = rng.randint(1, step_top)
     if op == "sub":
@@ -329,7 +336,6 @@ _UNTRAINED_OP = re.compile(r"\b(divide[sd]?|half|halves|triples?|tripled|times|p
                            r"multipl\w*[^.]*?\bby (?!2\b)\d+)\b", re.IGNORECASE)
 _SUBTRACT = re.compile(r"\b(subtract|take \d+ away|smaller by)\b", re.IGNORECASE)
 _NUMBER_LIST = re.compile(r"\d+(?:\s*,\s*\d+)+")
-WORD_START, LIST_ITEMS, LIST_TOP, LIST_STEP, SINGLE_TOKEN_TOP = (2, 60), (3, 6), DRILL_TOP, DRILL_STEP, 200
 
 
 def task_shape(prompt: str) -> str | None:
@@ -355,8 +361,8 @@ def outside(prompt: str) -> list[str]:
     reasons = []
     if _UNTRAINED_OP.search(prompt):
         reasons.append("only adding, taking away and doubling were trained")
-    if numbers and max(numbers) > SINGLE_TOKEN_TOP:
-        reasons.append(f"numbers above {SINGLE_TOKEN_TOP} were never computed with")
+    if numbers and max(numbers) > MAX_NUMBER:
+        reasons.append(f"numbers above {MAX_NUMBER} were never computed with")
     if shape == "word":
         if not WORD_START[0] <= numbers[0] <= WORD_START[1]:
             reasons.append(f"it starts from {numbers[0]}; word problems were trained to start from "
@@ -369,10 +375,10 @@ def outside(prompt: str) -> list[str]:
         rest = [int(n) for n in re.findall(r"\d+", prompt[:span.start()] + prompt[span.end():])] if span else []
         if not LIST_ITEMS[0] <= len(items) <= LIST_ITEMS[1]:
             reasons.append(f"a list of {len(items)}; lists were trained with {LIST_ITEMS[0]} to {LIST_ITEMS[1]} numbers")
-        if max(items) > LIST_TOP:
-            reasons.append(f"list numbers were trained up to {LIST_TOP}")
-        if any(k > LIST_STEP for k in rest):
-            reasons.append(f"lists were trained to add or take away 1 to {LIST_STEP}")
+        if max(items) > DRILL_TOP:
+            reasons.append(f"list numbers were trained up to {DRILL_TOP}")
+        if any(k > DRILL_STEP for k in rest):
+            reasons.append(f"lists were trained to add or take away 1 to {DRILL_STEP}")
         if rest and _SUBTRACT.search(prompt) and max(rest) > min(items):
             reasons.append("results below 0 were never trained")
     return reasons

@@ -25,10 +25,11 @@ import sys
 import time
 from pathlib import Path
 
+from dico.tasks import MAX_NUMBER
+
 # No unknown token (issue 16): byte-level BPE encodes any text, so a name never seen in training is copied piece by piece.
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "<|eot|>"]
 MAX_PROMPT_TOKENS = 96
-MAX_NUMBER = 200
 
 
 def tokenizer_corpus(seed: int = 1, items: int = 3000):

@@ -131,4 +131,3 @@ def check(req: RunRequest) -> tuple[MaskPredictor, list[str], str]:
             outside = (f"This prompt lies outside what {EMBEDDED_NAME} was trained on ({'; '.join(why)}): "
                        "expect a task-shaped guess, not an answer.")
     return predictor, warnings, outside
-

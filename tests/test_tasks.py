@@ -5,6 +5,7 @@ import re
 import pytest
 
 from dico import tasks
+from dico.card import ISSUE_PROMPTS
 
 
 @pytest.mark.parametrize("family", tasks.FAMILIES)
@@ -128,22 +129,14 @@ def test_copy_drills_repeat_their_words_in_order_and_are_a_sixth_of_training():
         assert 2 <= len(item.entities) <= 5
 
 
-ISSUE_16_PROMPTS = {
-    "Tom has 5 apples. He buys 3 more. How many apples does Tom have now?": "8",
-    "Nora has 14 shells. She finds 5 more shells at the beach. Then she gives 3 shells to her brother. "
-    "How many shells does Nora have now?": "16",
-    "Take the numbers 12, 5, 8, 1. Subtract 1 from each number.": "11, 4, 7, 0",
-}
-
-
 def test_every_trained_and_held_out_prompt_lies_inside_the_trained_tasks():
     stream = tasks.train_stream(seed=5)
     training = [next(stream) for _ in range(600)]
     for item in training + [i for family in tasks.FAMILIES for i in tasks.make_split(family)]:
         assert tasks.outside(item.prompt) == [], item.prompt
         assert tasks.task_shape(item.prompt) == item.family, item.prompt
-    for prompt in ISSUE_16_PROMPTS:
-        assert tasks.outside(prompt) == [], prompt
+    for item in ISSUE_PROMPTS:
+        assert tasks.outside(item.prompt) == [], item.prompt
 
 
 @pytest.mark.parametrize("prompt, reason", [
