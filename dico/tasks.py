@@ -95,7 +95,8 @@ def _start_value(rng: random.Random) -> int:
     return rng.randint(WORD_START[0], 20) if rng.random() < 0.65 else rng.randint(21, WORD_START[1])
 
 
-def _word_item(rng: random.Random, held_out: bool = False, invented: bool = False) -> Item:
+def _word_item(rng: random.Random, held_out: bool = False, invented: bool = False, train: bool = False) -> Item:
+    """One word problem and its worked answer; ``train`` adds wordings the held-out split never shows."""
     male = rng.random() < 0.5
     names = (HELD_OUT_MALE if male else HELD_OUT_FEMALE) if held_out else (MALE if male else FEMALE)
     name = _pick(rng, names)
@@ -156,7 +157,10 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
                                         f"{He} gives {b} of them to {other()}{place()}.",
                                         f"{He} loses {b} of them{place()}.", f"Then {he} uses {b} {obj}{place()}.",
                                         f"{He} sells {b} {obj}{place()}.", f"{He} eats {b}{place()}."
-                                        if obj in _EDIBLE else f"{He} breaks {b} {obj}{place()}."]))
+                                        if obj in _EDIBLE else f"{He} breaks {b} {obj}{place()}."]
+                                  # "Then she gives 3 shells to her brother" (issue 16) was read as the
+                                  # addition "Then her brother gives ...": the training wording has both.
+                                  + ([f"Then {he} gives {b} {obj} to {other()}{place()}."] if train else [])))
             solution.append(_pick(rng, [f"{He} gives away {b}, so {value} - {b} = {new}.",
                                         f"Taking away {b} leaves {value} - {b} = {new}.",
                                         f"{value} - {b} = {new} {obj} are left.",
@@ -176,10 +180,14 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
                                 f"How many {obj} does {name} have left?",
                                 f"How many {obj} are there at the end?",
                                 f"How many {obj} does {he} have now?"]))
-    opening = _pick(rng, ["", "", "Let us solve it step by step. ", "Let us think. ", "We go step by step. "])
-    summary = _pick(rng, ["", f"In the end {name} has {value} {obj}. ", f"So {name} has {value} {obj} now. "])
+    # Free wording that changes the answer's length by a step's worth of tokens (an opening, a summary) hid how
+    # many steps a problem needs: Vanilla non-AR commits end-of-text from the right until the answer is too short
+    # for all steps (diagnosed on the BPE model at step 15,946). Openings are rare now and the summary is gone;
+    # its draw is kept so the held-out split's prompts stay the same.
+    opening = _pick(rng, ["", "", "", "", "Let us think. "])
+    rng.randrange(3)
     closing = _pick(rng, [f"The answer is {value}.", f"So the answer is {value}.", f"Final answer: {value}."])
-    answer = opening + " ".join(solution) + " " + summary + closing
+    answer = opening + " ".join(solution) + " " + closing
     return Item("word", " ".join(question), answer, str(value), (name, obj), held_out)
 
 
@@ -220,7 +228,7 @@ def _list_item(rng: random.Random, top: int = 20, step_top: int = 9) -> Item:
         result = [x * 2 for x in items]
         steps = [f"{x} * 2 = {y}." for x, y in zip(items, result)]
     ask = _pick(rng, ["", "", "What is the new list?", "Keep the order."])
-    opening = _pick(rng, ["", "We go through the list in order. ", "One number at a time. ", "Let us work in order. "])
+    opening = _pick(rng, ["", "", "", "We go through the list in order. "])   # rare, as for word problems
     out = ", ".join(map(str, result))
     closing = _pick(rng, [f"The answer is {out}.", f"So the new list is {out}.", f"Final answer: {out}."])
     prompt = " ".join(p for p in (intro, task, ask) if p)
@@ -299,8 +307,8 @@ def train_stream(seed: int, families=FAMILIES, copy_drills: bool = True):
             item = _copy_item(rng)
         elif family == "list" and rng.random() < DRILL_SHARE:
             item = _list_item(rng, top=DRILL_TOP, step_top=rng.choice((9, DRILL_STEP)))
-        elif family == "word" and rng.random() < INVENTED_SHARE:
-            item = _word_item(rng, invented=True)
+        elif family == "word":
+            item = _word_item(rng, invented=rng.random() < INVENTED_SHARE, train=True)
         else:
             item = make_item(family, rng)
         if item.prompt not in held_out:
@@ -359,7 +367,7 @@ def outside(prompt: str) -> list[str]:
         return ["no word problem (a 'How many ...?' question with numbers), list task or copy drill recognised"]
     numbers = [int(n) for n in re.findall(r"\d+", prompt)]
     reasons = []
-    if _UNTRAINED_OP.search(prompt):
+    if shape != "copy" and _UNTRAINED_OP.search(prompt):     # a copy drill copies any word, "half" too
         reasons.append("only adding, taking away and doubling were trained")
     if numbers and max(numbers) > MAX_NUMBER:
         reasons.append(f"numbers above {MAX_NUMBER} were never computed with")

@@ -158,3 +158,15 @@ def test_prompts_outside_the_trained_tasks_are_told_why(prompt, reason):
 def test_a_copy_drill_is_a_trained_shape():
     assert tasks.task_shape("Repeat the words Brenda, dweebs, postcards.") == "copy"
     assert tasks.outside("Repeat the words Brenda, dweebs, postcards.") == []
+    assert tasks.outside("Copy this list: half, phones, beetles.") == []    # a word to copy, not an operation
+
+
+def test_training_also_gives_things_away_with_then_which_the_add_wording_starts_with():
+    """Issue 16's "Then she gives 3 shells to her brother" must be a subtraction the model has seen."""
+    stream = tasks.train_stream(seed=7)
+    words = [item for item in (next(stream) for _ in range(3000)) if item.family == "word"]
+    away = [item for item in words if re.search(r"Then (he|she) gives \d+ \w+ to ", item.prompt)]
+    assert away
+    for item in away:
+        given = int(re.search(r"Then (?:he|she) gives (\d+)", item.prompt).group(1))
+        assert f"- {given} =" in item.answer
