@@ -149,6 +149,29 @@ def test_make_batch_masks_extra_positions_only_inside_the_answer(tokenizer):
     assert not (extra & ~response).any() and not (extra & (ids == tokenizer.eos_token_id)).any()
 
 
+def test_tail_rows_hide_the_whole_answer_and_a_few_end_of_text_tokens_the_rest_of_the_tail_shown(tokenizer):
+    """The state Vanilla non-AR decodes from: only the end-of-text tail past some point is known."""
+    import random
+
+    from dico import tasks
+    from dico.train import make_batch, token_tables
+
+    items = tasks.make_split("word", size=16)
+    number, _ = token_tables(tokenizer)
+    ids, attention, response, extra = make_batch(items, tokenizer, random.Random(0), 128, 1.0, 0.0, number,
+                                                 tail_share=1.0)
+    eos = ids == tokenizer.eos_token_id
+    reach = []
+    for row in range(len(items)):
+        answer = response[row] & ~eos[row]
+        assert (extra[row] >= answer).all() and not (extra[row] & ~response[row]).any()
+        hidden = extra[row].nonzero().flatten()
+        assert hidden.tolist() == list(range(hidden[0].item(), hidden[-1].item() + 1))     # one span from the start
+        reach.append(int((extra[row] & eos[row]).sum()))
+        assert (response[row] & ~extra[row]).any()                                       # some tail stays shown
+    assert 0 <= min(reach) and max(reach) <= 12 and len(set(reach)) > 3
+
+
 def test_extra_masked_positions_count_once_not_one_over_t():
     from dico.train import diffusion_loss
 
