@@ -129,9 +129,17 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
         question.append(_pick(rng, [f"{He} likes {obj} a lot.", f"The {obj} are {adj}.", "It is a sunny day.",
                                     f"{He} keeps them in a bag.", f"{His} {_pick(rng, KIN)} likes {obj} too.",
                                     f"Some of the {obj} are {adj}."]))
-    solution = [_pick(rng, [f"{name} starts with {value} {obj}.", f"At first there are {value} {obj}.",
-                            f"{name} begins with {value}.", f"We start from {value} {obj}.",
-                            f"{name} has {value} {obj} at the start.", f"First, {name} has {value} {obj}."])]
+    # The worked answer's wording varies at equal length: every start, step lead and closing has the same number of
+    # tokens, so the answer's length follows from the prompt. Free wording that changed it by up to a step (an
+    # opening, a summary, leads of 0 to 6 tokens) hid how many steps a problem needs: Vanilla non-AR commits
+    # end-of-text from the right, stops where the model first doubts it, and wrote answers a step or two short
+    # (34 of 40 word problems, step-15,946 model). Lists of the same size keep the draws, so the split's prompts.
+    starts = [f"{name} starts with {value} {obj}.", f"{name} begins with {value} {obj}.", f"{name} first has {value} {obj}."]
+    solution = [_pick(rng, starts * 2)]
+
+    def step(equation: str, leads=_STEP_LEADS) -> str:
+        return _pick(rng, [f"{lead.format(he=he, He=He)} {equation} {obj}." for lead in leads])
+
     for _ in range(rng.choice((1, 2, 2, 3, 3))):
         ops = ["add", "sub", "sub"] + (["double"] if value <= 50 else [])
         op = _pick(rng, ops)
@@ -145,11 +153,7 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
                                         f"Then {other()} gives {name} {b} {obj}{place()}.",
                                         f"{He} gets {b} more {obj}{place()}.", f"{He} wins {b} {obj}{place()}.",
                                         f"{other().capitalize()} gives {him(he)} {b} more{place()}."]))
-            solution.append(_pick(rng, [f"{He} gets {b} more, so {value} + {b} = {new}.",
-                                        f"Adding {b} gives {value} + {b} = {new}.",
-                                        f"{value} + {b} = {new} {obj}.",
-                                        f"Now {he} has {value} + {b} = {new} {obj}.",
-                                        f"Then {name} has {value} + {b} = {new} {obj}."]))
+            solution.append(step(f"{value} + {b} = {new}"))
         elif op == "sub":
             b = rng.randint(1, min(9, value)) if rng.random() < 0.85 or value < 10 else rng.randint(10, value)
             new = value - b
@@ -161,34 +165,27 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
                                   # "Then she gives 3 shells to her brother" (issue 16) was read as the
                                   # addition "Then her brother gives ...": the training wording has both.
                                   + ([f"Then {he} gives {b} {obj} to {other()}{place()}."] if train else [])))
-            solution.append(_pick(rng, [f"{He} gives away {b}, so {value} - {b} = {new}.",
-                                        f"Taking away {b} leaves {value} - {b} = {new}.",
-                                        f"{value} - {b} = {new} {obj} are left.",
-                                        f"Now {he} has {value} - {b} = {new} {obj}.",
-                                        f"Then {name} has {value} - {b} = {new} {obj}."]))
+            solution.append(step(f"{value} - {b} = {new}"))
         else:
             new = value * 2
             question.append(_pick(rng, [f"Then the number of {obj} doubles{place()}.",
                                         f"{He} doubles {his} {obj}{place()}.",
                                         f"Later {he} has twice as many {obj} as before."]))
-            solution.append(_pick(rng, [f"Doubling gives {value} * 2 = {new}.",
-                                        f"Twice {value} is {value} * 2 = {new}.",
-                                        f"The {obj} double, so {value} * 2 = {new}."]))
+            solution.append(step(f"{value} * 2 = {new}", _STEP_LEADS[:3]))
         value = new
     question.append(_pick(rng, [f"How many {obj} does {name} have now?",
                                 f"How many {obj} does {name} have in the end?",
                                 f"How many {obj} does {name} have left?",
                                 f"How many {obj} are there at the end?",
                                 f"How many {obj} does {he} have now?"]))
-    # Free wording that changes the answer's length by a step's worth of tokens (an opening, a summary) hid how
-    # many steps a problem needs: Vanilla non-AR commits end-of-text from the right until the answer is too short
-    # for all steps (diagnosed on the BPE model at step 15,946). Openings are rare now and the summary is gone;
-    # its draw is kept so the held-out split's prompts stay the same.
-    opening = _pick(rng, ["", "", "", "", "Let us think. "])
-    rng.randrange(3)
-    closing = _pick(rng, [f"The answer is {value}.", f"So the answer is {value}.", f"Final answer: {value}."])
-    answer = opening + " ".join(solution) + " " + closing
+    rng.randrange(5), rng.randrange(3)      # the opening's and the summary's draws: the split keeps its prompts
+    closing = _pick(rng, [f"The answer is {value}.", f"Final answer: {value}.", f"The answer: {value}."])
+    answer = " ".join(solution) + " " + closing
     return Item("word", " ".join(question), answer, str(value), (name, obj), held_out)
+
+
+# Leads of one step of a worked answer: three tokens each, so the wording varies and the length does not.
+_STEP_LEADS = ("Now {he} has", "Then {he} has", "So {he} has", "{He} now has", "This gives")
 
 
 def him(he: str) -> str:
@@ -228,11 +225,11 @@ def _list_item(rng: random.Random, top: int = 20, step_top: int = 9) -> Item:
         result = [x * 2 for x in items]
         steps = [f"{x} * 2 = {y}." for x, y in zip(items, result)]
     ask = _pick(rng, ["", "", "What is the new list?", "Keep the order."])
-    opening = _pick(rng, ["", "", "", "We go through the list in order. "])   # rare, as for word problems
+    rng.randrange(4)                        # the opening's draw (lists open with their first equation now)
     out = ", ".join(map(str, result))
-    closing = _pick(rng, [f"The answer is {out}.", f"So the new list is {out}.", f"Final answer: {out}."])
+    closing = _pick(rng, [f"The answer is {out}.", f"Final answer: {out}.", f"The answer: {out}."])   # equal length
     prompt = " ".join(p for p in (intro, task, ask) if p)
-    return Item("list", prompt, opening + " ".join(steps) + " " + closing, out)
+    return Item("list", prompt, " ".join(steps) + " " + closing, out)
 
 
 def _copy_item(rng: random.Random) -> Item:
