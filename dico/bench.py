@@ -200,6 +200,17 @@ def speed(predictor, n_items: int, gen_length: int = 256) -> list[dict]:
     return rows
 
 
+def training_step(model: str | None) -> int | None:
+    """The training step of a locally trained model (its train_log.json), so a table says which weights it measured:
+    the embedded model is retrained between rounds under the same name."""
+    from dico.models import EMBEDDED, EMBEDDED_NAME
+    folder = EMBEDDED if model in (None, "", EMBEDDED_NAME) else Path(model)
+    try:
+        return int(json.loads((folder / "train_log.json").read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def machine() -> str:
     """What the numbers were measured on: they are only comparable within one run on one machine."""
     import os
@@ -320,7 +331,8 @@ def main(argv=None) -> int:
     if args.json:
         command = "python -m dico.bench " + " ".join(argv if argv is not None else sys.argv[1:])
         with open(args.json, "w") as fh:
-            json.dump({"title": title, "model": model_name, "lengths": [list(p) for p in lengths],
+            json.dump({"title": title, "model": model_name, "model_step": training_step(args.model),
+                       "lengths": [list(p) for p in lengths],
                        "batch_size": args.batch_size, "jobs": args.jobs, "command": command.strip(), "machine": where,
                        "seconds": seconds, "rows": rows}, fh, indent=1)
     if args.markdown:

@@ -97,7 +97,8 @@ def readme_section(folder) -> str:
             continue
         _, run = read_results(Path(folder) / f"{name}.json", THROUGHPUT_FIELDS if name == "throughput" else ROW_FIELDS)
         table = (Path(folder) / f"{name}.md").read_text().strip()
-        parts.append(f"{table}\n\n`{run['command']}` ({run['seconds'] / 60:.1f} min on {run['machine']})")
+        weights = f"; {run['model']} at training step {run['model_step']:,}" if run.get("model_step") else ""
+        parts.append(f"{table}\n\n`{run['command']}` ({run['seconds'] / 60:.1f} min on {run['machine']}{weights})")
     return "\n\n".join(parts)
 
 

@@ -70,3 +70,15 @@ def test_readme_shows_exactly_the_shipped_benchmark_tables_and_their_commands():
     assert splice_readme(readme, section) == readme
     assert splice_readme("a\n<!-- bench:start -->\nold\n<!-- bench:end -->\nb", "new") == \
         "a\n<!-- bench:start -->\nnew\n<!-- bench:end -->\nb"
+
+
+def test_a_table_names_the_training_step_of_the_weights_it_measured(tmp_path):
+    """The embedded model is retrained under one name: each table says which weights made it."""
+    import json
+
+    from dico.bench import training_step
+
+    assert training_step(None) == json.loads((ROOT / "assets" / "dico-tiny" / "train_log.json").read_text())["step"]
+    assert training_step(str(tmp_path)) is None                       # a hub id or a folder without a train log
+    (tmp_path / "train_log.json").write_text('{"step": 1234}')
+    assert training_step(str(tmp_path)) == 1234
