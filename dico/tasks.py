@@ -95,8 +95,10 @@ def _start_value(rng: random.Random) -> int:
     return rng.randint(WORD_START[0], 20) if rng.random() < 0.65 else rng.randint(21, WORD_START[1])
 
 
-def _word_item(rng: random.Random, held_out: bool = False, invented: bool = False, train: bool = False) -> Item:
-    """One word problem and its worked answer; ``train`` adds wordings the held-out split never shows."""
+def _word_item(rng: random.Random, held_out: bool = False, invented: bool = False, train: bool = False,
+               wording: str = "free") -> Item:
+    """One word problem and its worked answer; ``train`` adds wordings the held-out split never shows; ``wording``
+    is the answer's (see WORDINGS)."""
     male = rng.random() < 0.5
     names = (HELD_OUT_MALE if male else HELD_OUT_FEMALE) if held_out else (MALE if male else FEMALE)
     name = _pick(rng, names)
@@ -129,13 +131,16 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
         question.append(_pick(rng, [f"{He} likes {obj} a lot.", f"The {obj} are {adj}.", "It is a sunny day.",
                                     f"{He} keeps them in a bag.", f"{His} {_pick(rng, KIN)} likes {obj} too.",
                                     f"Some of the {obj} are {adj}."]))
-    # The worked answer's wording varies at equal length: every start, step lead and closing has the same number of
-    # tokens, so the answer's length follows from the prompt. Free wording that changed it by up to a step (an
-    # opening, a summary, leads of 0 to 6 tokens) hid how many steps a problem needs: Vanilla non-AR commits
-    # end-of-text from the right, stops where the model first doubts it, and wrote answers a step or two short
-    # (34 of 40 word problems, step-15,946 model). Lists of the same size keep the draws, so the split's prompts.
-    starts = [f"{name} starts with {value} {obj}.", f"{name} begins with {value} {obj}.", f"{name} first has {value} {obj}."]
-    solution = [_pick(rng, starts * 2)]
+    # Both wordings draw from lists of the same sizes, so the split's prompts do not depend on the wording.
+    equal = wording == "equal"
+    if equal:
+        starts = [f"{name} starts with {value} {obj}.", f"{name} begins with {value} {obj}.",
+                  f"{name} first has {value} {obj}."]
+        solution = [_pick(rng, starts * 2)]
+    else:
+        solution = [_pick(rng, [f"{name} starts with {value} {obj}.", f"At first there are {value} {obj}.",
+                                f"{name} begins with {value}.", f"We start from {value} {obj}.",
+                                f"{name} has {value} {obj} at the start.", f"First, {name} has {value} {obj}."])]
 
     def step(equation: str, leads=_STEP_LEADS) -> str:
         return _pick(rng, [f"{lead.format(he=he, He=He)} {equation} {obj}." for lead in leads])
@@ -153,7 +158,12 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
                                         f"Then {other()} gives {name} {b} {obj}{place()}.",
                                         f"{He} gets {b} more {obj}{place()}.", f"{He} wins {b} {obj}{place()}.",
                                         f"{other().capitalize()} gives {him(he)} {b} more{place()}."]))
-            solution.append(step(f"{value} + {b} = {new}"))
+            solution.append(step(f"{value} + {b} = {new}") if equal else
+                            _pick(rng, [f"{He} gets {b} more, so {value} + {b} = {new}.",
+                                        f"Adding {b} gives {value} + {b} = {new}.",
+                                        f"{value} + {b} = {new} {obj}.",
+                                        f"Now {he} has {value} + {b} = {new} {obj}.",
+                                        f"Then {name} has {value} + {b} = {new} {obj}."]))
         elif op == "sub":
             b = rng.randint(1, min(9, value)) if rng.random() < 0.85 or value < 10 else rng.randint(10, value)
             new = value - b
@@ -165,26 +175,46 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
                                   # "Then she gives 3 shells to her brother" (issue 16) was read as the
                                   # addition "Then her brother gives ...": the training wording has both.
                                   + ([f"Then {he} gives {b} {obj} to {other()}{place()}."] if train else [])))
-            solution.append(step(f"{value} - {b} = {new}"))
+            solution.append(step(f"{value} - {b} = {new}") if equal else
+                            _pick(rng, [f"{He} gives away {b}, so {value} - {b} = {new}.",
+                                        f"Taking away {b} leaves {value} - {b} = {new}.",
+                                        f"{value} - {b} = {new} {obj} are left.",
+                                        f"Now {he} has {value} - {b} = {new} {obj}.",
+                                        f"Then {name} has {value} - {b} = {new} {obj}."]))
         else:
             new = value * 2
             question.append(_pick(rng, [f"Then the number of {obj} doubles{place()}.",
                                         f"{He} doubles {his} {obj}{place()}.",
                                         f"Later {he} has twice as many {obj} as before."]))
-            solution.append(step(f"{value} * 2 = {new}", _STEP_LEADS[:3]))
+            solution.append(step(f"{value} * 2 = {new}", _STEP_LEADS[:3]) if equal else
+                            _pick(rng, [f"Doubling gives {value} * 2 = {new}.",
+                                        f"Twice {value} is {value} * 2 = {new}.",
+                                        f"The {obj} double, so {value} * 2 = {new}."]))
         value = new
     question.append(_pick(rng, [f"How many {obj} does {name} have now?",
                                 f"How many {obj} does {name} have in the end?",
                                 f"How many {obj} does {name} have left?",
                                 f"How many {obj} are there at the end?",
                                 f"How many {obj} does {he} have now?"]))
-    rng.randrange(5), rng.randrange(3)      # the opening's and the summary's draws: the split keeps its prompts
-    closing = _pick(rng, [f"The answer is {value}.", f"Final answer: {value}.", f"The answer: {value}."])
-    answer = " ".join(solution) + " " + closing
+    if equal:
+        rng.randrange(5), rng.randrange(3)      # the free wording's opening and summary draws
+        closing = _pick(rng, [f"The answer is {value}.", f"Final answer: {value}.", f"The answer: {value}."])
+        answer = " ".join(solution) + " " + closing
+    else:
+        opening = _pick(rng, ["", "", "Let us solve it step by step. ", "Let us think. ", "We go step by step. "])
+        summary = _pick(rng, ["", f"In the end {name} has {value} {obj}. ", f"So {name} has {value} {obj} now. "])
+        closing = _pick(rng, [f"The answer is {value}.", f"So the answer is {value}.", f"Final answer: {value}."])
+        answer = opening + " ".join(solution) + " " + summary + closing
     return Item("word", " ".join(question), answer, str(value), (name, obj), held_out)
 
 
-# Leads of one step of a worked answer: three tokens each, so the wording varies and the length does not.
+# The worked answer's wording. "free" (the shipped model's): openings, summaries and leads of 0 to 6 tokens, so
+# the length varies by up to a step; Vanilla non-AR commits end-of-text from the right, stops where the model
+# first doubts it, and writes answers a step or two short (34 of 40 word problems, step-15,946 model). "equal":
+# every start, step lead and closing of one token count, so the length follows from the prompt (a candidate
+# trained on it decodes 95-96% right with every method, but is sure of nearly every token at the first step:
+# see the session note of issue 16).
+WORDINGS = ("free", "equal")
 _STEP_LEADS = ("Now {he} has", "Then {he} has", "So {he} has", "{He} now has", "This gives")
 
 
@@ -201,7 +231,7 @@ _EDIBLE = {"apples", "cookies", "eggs", "candies", "oranges", "bananas", "pears"
 
 # ----------------------------------------------------------------------------- list operations
 
-def _list_item(rng: random.Random, top: int = 20, step_top: int = 9) -> Item:
+def _list_item(rng: random.Random, top: int = 20, step_top: int = 9, wording: str = "free") -> Item:
     items = [rng.randint(1, top) for _ in range(rng.randint(*LIST_ITEMS))]
     op = _pick(rng, ["add", "sub", "double"])
     k = rng.randint(1, step_top)
@@ -225,11 +255,15 @@ def _list_item(rng: random.Random, top: int = 20, step_top: int = 9) -> Item:
         result = [x * 2 for x in items]
         steps = [f"{x} * 2 = {y}." for x, y in zip(items, result)]
     ask = _pick(rng, ["", "", "What is the new list?", "Keep the order."])
-    rng.randrange(4)                        # the opening's draw (lists open with their first equation now)
+    opening = _pick(rng, ["", "We go through the list in order. ", "One number at a time. ", "Let us work in order. "])
     out = ", ".join(map(str, result))
-    closing = _pick(rng, [f"The answer is {out}.", f"Final answer: {out}.", f"The answer: {out}."])   # equal length
+    if wording == "equal":
+        opening = ""
+        closing = _pick(rng, [f"The answer is {out}.", f"Final answer: {out}.", f"The answer: {out}."])
+    else:
+        closing = _pick(rng, [f"The answer is {out}.", f"So the new list is {out}.", f"Final answer: {out}."])
     prompt = " ".join(p for p in (intro, task, ask) if p)
-    return Item("list", prompt, " ".join(steps) + " " + closing, out)
+    return Item("list", prompt, opening + " ".join(steps) + " " + closing, out)
 
 
 def _copy_item(rng: random.Random) -> Item:
@@ -293,8 +327,11 @@ COPY_SHARE = 1 / 6      # copy drills (see _copy_item), added from step ~1,700 o
 DRILL_TOP, DRILL_STEP, DRILL_SHARE = 100, 20, 1 / 2
 
 
-def train_stream(seed: int, families=FAMILIES, copy_drills: bool = True):
-    """An endless, seeded stream of training items that never repeats a held-out prompt nor uses a held-out word."""
+def train_stream(seed: int, families=FAMILIES, copy_drills: bool = True, wording: str = "free"):
+    """An endless, seeded stream of training items that never repeats a held-out prompt nor uses a held-out word,
+    its answers in ``wording`` (see WORDINGS)."""
+    if wording not in WORDINGS:
+        raise ValueError(f"wording: {wording!r} is not one of {', '.join(WORDINGS)}")
     held_out = {item.prompt for family in families for item in make_split(family)}
     rng = random.Random(seed)
     weighted = [family for family, weight in TRAIN_MIX if family in families for _ in range(weight)]
@@ -302,10 +339,12 @@ def train_stream(seed: int, families=FAMILIES, copy_drills: bool = True):
         family = _pick(rng, weighted)
         if copy_drills and rng.random() < COPY_SHARE:
             item = _copy_item(rng)
-        elif family == "list" and rng.random() < DRILL_SHARE:
-            item = _list_item(rng, top=DRILL_TOP, step_top=rng.choice((9, DRILL_STEP)))
+        elif family == "list":
+            drill = rng.random() < DRILL_SHARE
+            item = _list_item(rng, top=DRILL_TOP, step_top=rng.choice((9, DRILL_STEP)), wording=wording) if drill \
+                else _list_item(rng, wording=wording)
         elif family == "word":
-            item = _word_item(rng, invented=rng.random() < INVENTED_SHARE, train=True)
+            item = _word_item(rng, invented=rng.random() < INVENTED_SHARE, train=True, wording=wording)
         else:
             item = make_item(family, rng)
         if item.prompt not in held_out:

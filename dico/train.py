@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from dico.tasks import MAX_NUMBER
+from dico.tasks import MAX_NUMBER, WORDINGS
 
 # No unknown token (issue 16): byte-level BPE encodes any text, so a name never seen in training is copied piece by piece.
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "<|eot|>"]
@@ -286,6 +286,9 @@ def main(argv=None) -> int:
                         default="relative_key", help="BERT position encoding")
     parser.add_argument("--max-gen", type=int, default=256, help="longest response region drawn in training")
     parser.add_argument("--long-share", type=float, default=0.15, help="share of batches padded up to --max-gen")
+    parser.add_argument("--wording", choices=WORDINGS, default="free",
+                        help="the worked answers' wording (dico.tasks.WORDINGS): 'free' varies their length, 'equal' "
+                             "does not")
     parser.add_argument("--tail-share", type=float, default=0.0,
                         help="share of examples that mask the whole answer and the first end-of-text tokens after "
                              "it, the rest of the tail visible: the state Vanilla non-AR reaches (see tail_positions)")
@@ -351,7 +354,7 @@ def main(argv=None) -> int:
     history.append({"command": command, "from_step": step})
     torch.manual_seed(args.seed + step)
     rng = random.Random(args.seed * 1_000_003 + step)
-    stream = tasks.train_stream(args.seed * 1_000_003 + step)
+    stream = tasks.train_stream(args.seed * 1_000_003 + step, wording=args.wording)
     generator = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
     budget = args.minutes * 60
     previous = None
