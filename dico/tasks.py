@@ -213,7 +213,7 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
 # first doubts it, and writes answers a step or two short (34 of 40 word problems, step-15,946 model). "equal":
 # every start, step lead and closing of one token count, so the length follows from the prompt (a candidate
 # trained on it decodes 95-96% right with every method, but is sure of nearly every token at the first step:
-# see the session note of issue 16).
+# see "A candidate" in assets/dico-tiny/README.md).
 WORDINGS = ("free", "equal")
 _STEP_LEADS = ("Now {he} has", "Then {he} has", "So {he} has", "{He} now has", "This gives")
 
