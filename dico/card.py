@@ -74,7 +74,7 @@ NUMBER = re.compile(r"\d+")
 
 def _mentions(predictor, item) -> list[list[list[int]]]:
     """Per entity of the item (name, object), the answer-token index lists of its mentions."""
-    from dico.train import entity_spans
+    from dico.tokenizer import entity_spans
 
     return entity_spans(predictor.tokenizer, item.answer, item.entities)
 

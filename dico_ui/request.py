@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from dico import tasks
+from dico import scope
 from dico.loop import check_inputs, check_request
 from dico.models import EMBEDDED_NAME, MaskPredictor
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, NON_AR, SEMI_AR, SETTINGS, own_specs, \
@@ -126,7 +126,7 @@ def check(req: RunRequest) -> tuple[MaskPredictor, list[str], str]:
             shown = ", ".join(f"'{w}'" for w in unknown[:12])
             warnings.append(f"prompt: the model {EMBEDDED_NAME} does not know {shown}; it reads "
                             f"{'them' if len(unknown) > 1 else 'it'} as an unknown word. It still runs.")
-        why = ([f"{len(unknown)} unknown word(s)"] if unknown else []) + tasks.outside(req.prompt)
+        why = ([f"{len(unknown)} unknown word(s)"] if unknown else []) + scope.outside(req.prompt)
         if why:
             outside = (f"This prompt lies outside what {EMBEDDED_NAME} was trained on ({'; '.join(why)}): "
                        "expect a task-shaped guess, not an answer.")

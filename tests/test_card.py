@@ -24,7 +24,7 @@ class Oracle(nn.Module):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from dico.train import build_tokenizer
+    from dico.tokenizer import build_tokenizer
     return build_tokenizer()
 
 

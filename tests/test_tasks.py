@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from dico import tasks
+from dico import scope, tasks
 from dico.card import ISSUE_PROMPTS
 
 
@@ -133,10 +133,10 @@ def test_every_trained_and_held_out_prompt_lies_inside_the_trained_tasks():
     stream = tasks.train_stream(seed=5)
     training = [next(stream) for _ in range(600)]
     for item in training + [i for family in tasks.FAMILIES for i in tasks.make_split(family)]:
-        assert tasks.outside(item.prompt) == [], item.prompt
-        assert tasks.task_shape(item.prompt) == item.family, item.prompt
+        assert scope.outside(item.prompt) == [], item.prompt
+        assert scope.task_shape(item.prompt) == item.family, item.prompt
     for item in ISSUE_PROMPTS:
-        assert tasks.outside(item.prompt) == [], item.prompt
+        assert scope.outside(item.prompt) == [], item.prompt
 
 
 @pytest.mark.parametrize("prompt, reason", [
@@ -152,13 +152,13 @@ def test_every_trained_and_held_out_prompt_lies_inside_the_trained_tasks():
     ("Here is a list: 4, 9, 7. Multiply every number by 3.", "only adding"),
 ])
 def test_prompts_outside_the_trained_tasks_are_told_why(prompt, reason):
-    assert any(reason in why for why in tasks.outside(prompt)), tasks.outside(prompt)
+    assert any(reason in why for why in scope.outside(prompt)), scope.outside(prompt)
 
 
 def test_a_copy_drill_is_a_trained_shape():
-    assert tasks.task_shape("Repeat the words Brenda, dweebs, postcards.") == "copy"
-    assert tasks.outside("Repeat the words Brenda, dweebs, postcards.") == []
-    assert tasks.outside("Copy this list: half, phones, beetles.") == []    # a word to copy, not an operation
+    assert scope.task_shape("Repeat the words Brenda, dweebs, postcards.") == "copy"
+    assert scope.outside("Repeat the words Brenda, dweebs, postcards.") == []
+    assert scope.outside("Copy this list: half, phones, beetles.") == []    # a word to copy, not an operation
 
 
 def test_training_also_gives_things_away_with_then_which_the_add_wording_starts_with():

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from dico.train import build_tokenizer
+    from dico.tokenizer import build_tokenizer
     return build_tokenizer()
 
 
@@ -141,7 +141,8 @@ def test_make_batch_masks_extra_positions_only_inside_the_answer(tokenizer):
     import random
 
     from dico import tasks
-    from dico.train import make_batch, token_tables
+    from dico.tokenizer import token_tables
+    from dico.train import make_batch
 
     items = tasks.make_split("word", size=8)
     number, _ = token_tables(tokenizer)
@@ -155,7 +156,8 @@ def test_tail_rows_hide_the_whole_answer_and_a_few_end_of_text_tokens_the_rest_o
     import random
 
     from dico import tasks
-    from dico.train import make_batch, token_tables
+    from dico.tokenizer import token_tables
+    from dico.train import make_batch
 
     items = tasks.make_split("word", size=16)
     number, _ = token_tables(tokenizer)

@@ -1,0 +1,61 @@
+"""What the embedded model was trained on: the task shape of a prompt, and why a prompt lies outside it."""
+from __future__ import annotations
+
+import re
+
+from dico.tasks import DRILL_STEP, DRILL_TOP, LIST_ITEMS, MAX_NUMBER, WORD_START
+
+_HOW_MANY = re.compile(r"\bhow many\b", re.IGNORECASE)
+_LIST_OP = re.compile(r"\b(add|increase|subtract|take|smaller|double|twice|multiply)\b", re.IGNORECASE)
+_COPY = re.compile(r"^(here are some words|repeat the words|copy this list|say these names again|write down)\b",
+                   re.IGNORECASE)
+_UNTRAINED_OP = re.compile(r"\b(divide[sd]?|half|halves|triples?|tripled|times|percent|shares?|splits?|per|"
+                           r"multipl\w*[^.]*?\bby (?!2\b)\d+)\b", re.IGNORECASE)
+_SUBTRACT = re.compile(r"\b(subtract|take \d+ away|smaller by)\b", re.IGNORECASE)
+_NUMBER_LIST = re.compile(r"\d+(?:\s*,\s*\d+)+")
+
+
+def task_shape(prompt: str) -> str | None:
+    """The trained task this prompt looks like: "word" (a "How many ...?" question with numbers), "list" (numbers
+    and an operation on them), "copy" (a copy drill), or None."""
+    numbers = re.findall(r"\d+", prompt)
+    if _HOW_MANY.search(prompt) and numbers:
+        return "word"
+    if len(numbers) >= 2 and _LIST_OP.search(prompt):
+        return "list"
+    return "copy" if _COPY.search(prompt.strip()) else None
+
+
+def outside(prompt: str) -> list[str]:
+    """Why a prompt lies outside what the embedded model was trained on, in words a visitor can act on ([] when it
+    has a trained shape within the trained ranges). The tokenizer has no unknown token, so the words cannot tell
+    (any name is copied piece by piece): the task's shape and its numbers can. Passing does not promise an
+    answer; failing says not to read a wrong one as the decoder's fault."""
+    shape = task_shape(prompt)
+    if shape is None:
+        return ["no word problem (a 'How many ...?' question with numbers), list task or copy drill recognised"]
+    numbers = [int(n) for n in re.findall(r"\d+", prompt)]
+    reasons = []
+    if shape != "copy" and _UNTRAINED_OP.search(prompt):     # a copy drill copies any word, "half" too
+        reasons.append("only adding, taking away and doubling were trained")
+    if numbers and max(numbers) > MAX_NUMBER:
+        reasons.append(f"numbers above {MAX_NUMBER} were never computed with")
+    if shape == "word":
+        if not WORD_START[0] <= numbers[0] <= WORD_START[1]:
+            reasons.append(f"it starts from {numbers[0]}; word problems were trained to start from "
+                           f"{WORD_START[0]} to {WORD_START[1]}")
+        if len(numbers) > 4:
+            reasons.append(f"{len(numbers) - 1} changes; word problems were trained with 1 to 3")
+    elif shape == "list":
+        span = _NUMBER_LIST.search(prompt)
+        items = [int(n) for n in re.findall(r"\d+", span.group())] if span else numbers
+        rest = [int(n) for n in re.findall(r"\d+", prompt[:span.start()] + prompt[span.end():])] if span else []
+        if not LIST_ITEMS[0] <= len(items) <= LIST_ITEMS[1]:
+            reasons.append(f"a list of {len(items)}; lists were trained with {LIST_ITEMS[0]} to {LIST_ITEMS[1]} numbers")
+        if max(items) > DRILL_TOP:
+            reasons.append(f"list numbers were trained up to {DRILL_TOP}")
+        if any(k > DRILL_STEP for k in rest):
+            reasons.append(f"lists were trained to add or take away 1 to {DRILL_STEP}")
+        if rest and _SUBTRACT.search(prompt) and max(rest) > min(items):
+            reasons.append("results below 0 were never trained")
+    return reasons
