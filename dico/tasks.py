@@ -86,7 +86,7 @@ def _pick(rng: random.Random, options):
 # The ranges the generators draw from, also what ``dico.scope.outside`` tells a visitor was trained.
 WORD_START = (2, 60)        # a word problem's first number
 LIST_ITEMS = (3, 6)         # numbers in a list
-# Every number up to this is one token of the embedded model's tokenizer (dico.train); past it, pieces.
+# Every number up to this is one token of the embedded model's tokenizer (dico.tokenizer); past it, pieces.
 MAX_NUMBER = 200
 
 

@@ -52,7 +52,7 @@ def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: f
     The response is padded with <|eot|>: most batches only a little past the longest answer (the end-of-text tail
     is easy to learn and costs compute); a ``long_share`` of batches pads far, so every position up to ``max_gen``
     is trained and any gen_length a user picks is in distribution. ``tail_share`` of the rows mask the whole answer
-    and the first few end-of-text tokens after it (see ``tail_positions``); of the others, ``occurrence_share``
+    and the first few end-of-text tokens after it (see ``tail_length``); of the others, ``occurrence_share``
     also mask one number or one name/object mention with all its later mentions (see ``occurrence_positions``).
     """
     import torch
@@ -73,7 +73,7 @@ def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: f
         ids[row, :len(seq)] = torch.tensor(seq)
         response[row, len(p):len(seq)] = True
         if tail_share > 0 and rng.random() < tail_share:
-            extra[row, len(p):len(p) + tail_positions(len(a), gen, rng)] = True
+            extra[row, len(p):len(p) + tail_length(len(a), gen, rng)] = True
         elif occurrence_share > 0 and rng.random() < occurrence_share:
             spans = entity_spans(tokenizer, item.answer, item.entities) if item.entities else []
             for i in occurrence_positions(a, spans, number, rng):
@@ -81,7 +81,7 @@ def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: f
     return ids, (ids != tokenizer.pad_token_id).long(), response, extra
 
 
-def tail_positions(answer_length: int, gen: int, rng: random.Random, reach: int = 12) -> int:
+def tail_length(answer_length: int, gen: int, rng: random.Random, reach: int = 12) -> int:
     """How many response positions a tail row masks: the whole answer and 0 to ``reach`` end-of-text tokens after it.
 
     Vanilla non-AR commits end-of-text from the far right inward before any word of the answer, and stops where
@@ -207,7 +207,7 @@ def main(argv=None) -> int:
                              "does not")
     parser.add_argument("--tail-share", type=float, default=0.0,
                         help="share of examples that mask the whole answer and the first end-of-text tokens after "
-                             "it, the rest of the tail visible: the state Vanilla non-AR reaches (see tail_positions)")
+                             "it, the rest of the tail visible: the state Vanilla non-AR reaches (see tail_length)")
     parser.add_argument("--occurrence-share", type=float, default=0.5,
                         help="share of examples that also mask one number or name/object mention of the answer "
                              "and all its later mentions (teaches computing and copying from the prompt; 0: "
