@@ -132,8 +132,8 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
                                     f"{He} keeps them in a bag.", f"{His} {_pick(rng, KIN)} likes {obj} too.",
                                     f"Some of the {obj} are {adj}."]))
     # Both wordings draw from lists of the same sizes, so the split's prompts do not depend on the wording.
-    equal = wording == "equal"
-    if equal:
+    equal, shifted = wording == "equal", wording == "shifted"
+    if equal or shifted:
         starts = [f"{name} starts with {value} {obj}.", f"{name} begins with {value} {obj}.",
                   f"{name} first has {value} {obj}."]
         solution = [_pick(rng, starts * 2)]
@@ -144,6 +144,10 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
 
     def step(equation: str, leads=_STEP_LEADS) -> str:
         return _pick(rng, [f"{lead.format(he=he, He=He)} {equation} {obj}." for lead in leads])
+
+    def shifted_step(op: str, equation: str, b: int = 0) -> str:
+        lead, trail = _pick(rng, _SHIFTED_STEPS[op])
+        return f"{lead.format(he=he, He=He, b=b)} {equation} {obj}{trail}."
 
     for _ in range(rng.choice((1, 2, 2, 3, 3))):
         ops = ["add", "sub", "sub"] + (["double"] if value <= 50 else [])
@@ -159,6 +163,7 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
                                         f"{He} gets {b} more {obj}{place()}.", f"{He} wins {b} {obj}{place()}.",
                                         f"{other().capitalize()} gives {him(he)} {b} more{place()}."]))
             solution.append(step(f"{value} + {b} = {new}") if equal else
+                            shifted_step(op, f"{value} + {b} = {new}", b) if shifted else
                             _pick(rng, [f"{He} gets {b} more, so {value} + {b} = {new}.",
                                         f"Adding {b} gives {value} + {b} = {new}.",
                                         f"{value} + {b} = {new} {obj}.",
@@ -176,6 +181,7 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
                                   # addition "Then her brother gives ...": the training wording has both.
                                   + ([f"Then {he} gives {b} {obj} to {other()}{place()}."] if train else [])))
             solution.append(step(f"{value} - {b} = {new}") if equal else
+                            shifted_step(op, f"{value} - {b} = {new}") if shifted else
                             _pick(rng, [f"{He} gives away {b}, so {value} - {b} = {new}.",
                                         f"Taking away {b} leaves {value} - {b} = {new}.",
                                         f"{value} - {b} = {new} {obj} are left.",
@@ -187,6 +193,7 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
                                         f"{He} doubles {his} {obj}{place()}.",
                                         f"Later {he} has twice as many {obj} as before."]))
             solution.append(step(f"{value} * 2 = {new}", _STEP_LEADS[:3]) if equal else
+                            shifted_step(op, f"{value} * 2 = {new}") if shifted else
                             _pick(rng, [f"Doubling gives {value} * 2 = {new}.",
                                         f"Twice {value} is {value} * 2 = {new}.",
                                         f"The {obj} double, so {value} * 2 = {new}."]))
@@ -196,10 +203,13 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
                                 f"How many {obj} does {name} have left?",
                                 f"How many {obj} are there at the end?",
                                 f"How many {obj} does {he} have now?"]))
-    if equal:
-        rng.randrange(5), rng.randrange(3)      # the free wording's opening and summary draws
-        closing = _pick(rng, [f"The answer is {value}.", f"Final answer: {value}.", f"The answer: {value}."])
-        answer = " ".join(solution) + " " + closing
+    if equal or shifted:        # as many draws as the free wording: opening, summary, closing
+        opening = _pick(rng, ["", "", "Let us solve it. ", "Let us think. ", "Step by step. "])
+        opening = opening if shifted else ""
+        rng.randrange(3)
+        closings = _SHIFTED_CLOSINGS[opening] if shifted else ("The answer is {v}.", "Final answer: {v}.",
+                                                               "The answer: {v}.")
+        answer = opening + " ".join(solution) + " " + _pick(rng, closings).format(he=he, He=He, v=value)
     else:
         opening = _pick(rng, ["", "", "Let us solve it step by step. ", "Let us think. ", "We go step by step. "])
         summary = _pick(rng, ["", f"In the end {name} has {value} {obj}. ", f"So {name} has {value} {obj} now. "])
@@ -209,13 +219,29 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
 
 
 # The worked answer's wording. "free" (the shipped model's): openings, summaries and leads of 0 to 6 tokens, so
-# the length varies by up to a step; Vanilla non-AR commits end-of-text from the right, stops where the model
-# first doubts it, and writes answers a step or two short (34 of 40 word problems, step-15,946 model). "equal":
-# every start, step lead and closing of one token count, so the length follows from the prompt (a candidate
-# trained on it decodes 95-96% right with every method, but is sure of nearly every token at the first step:
-# see "A candidate" in assets/dico-tiny/README.md).
-WORDINGS = ("free", "equal")
+# the length varies by up to a step, and Vanilla non-AR, which commits end-of-text from the right, writes answers
+# a step or two short. "equal": one token count for every start, lead and closing, so the length follows from the
+# prompt, but a model trained on it is sure of nearly every token at the first step. "shifted": as long as
+# "equal", but each equation sits 1 to 3 tokens into its step and the opening (0, 4 or 5 tokens) moves the rest,
+# the closing making up the difference: unsure where each token sits, sure where the answer ends (model card).
+WORDINGS = ("free", "equal", "shifted")
 _STEP_LEADS = ("Now {he} has", "Then {he} has", "So {he} has", "{He} now has", "This gives")
+# (lead, trail) around "{equation} {object}": three tokens in all with the embedded model's tokenizer.
+_SHIFTED_STEPS = {"add": (("Now {he} has", ""), ("Adding {b} gives", ""), ("{He} has", " now"), ("So", " in all"),
+                          ("Then {he} has", "")),
+                  "sub": (("Now {he} has", ""), ("Then {he} has", ""), ("{He} has", " left"), ("So", " are left"),
+                          ("{He} keeps", " now")),
+                  "double": (("This gives", ""), ("{He} has", " now"), ("So", " in all"))}
+# The closing for each opening: together ten tokens (word problems) or eight and the list (lists).
+_SHIFTED_CLOSINGS = {"": ("So {he} has {v}. The answer is {v}.", "{He} has {v} now. The answer is {v}.",
+                          "So {he} has {v}. Final answer: {v}."),
+                     "Let us think. ": ("So the answer is {v}.", "So the answer: {v}.", "So the answer is {v}."),
+                     "Let us solve it. ": ("The answer is {v}.", "Final answer: {v}.", "The answer: {v}."),
+                     "Step by step. ": ("The answer is {v}.", "Final answer: {v}.", "The answer: {v}.")}
+_SHIFTED_LIST_CLOSINGS = {"": ("So in the end the answer is {v}.", "In the end the new list is {v}.",
+                               "So in the end the answer: {v}."),
+                          "In order. ": ("The new list is {v}.", "So the answer is {v}.", "So the answer: {v}."),
+                          "Let us think. ": ("The answer is {v}.", "Final answer: {v}.", "The answer: {v}.")}
 
 
 def him(he: str) -> str:
@@ -255,11 +281,15 @@ def _list_item(rng: random.Random, top: int = 20, step_top: int = 9, wording: st
         result = [x * 2 for x in items]
         steps = [f"{x} * 2 = {y}." for x, y in zip(items, result)]
     ask = _pick(rng, ["", "", "What is the new list?", "Keep the order."])
-    opening = _pick(rng, ["", "We go through the list in order. ", "One number at a time. ", "Let us work in order. "])
+    openings = ["", "We go through the list in order. ", "One number at a time. ", "Let us work in order. "]
+    opening = _pick(rng, openings)
     out = ", ".join(map(str, result))
     if wording == "equal":
         opening = ""
         closing = _pick(rng, [f"The answer is {out}.", f"Final answer: {out}.", f"The answer: {out}."])
+    elif wording == "shifted":
+        opening = ("", "In order. ", "Let us think. ", "In order. ")[openings.index(opening)]
+        closing = _pick(rng, _SHIFTED_LIST_CLOSINGS[opening]).format(v=out)
     else:
         closing = _pick(rng, [f"The answer is {out}.", f"So the new list is {out}.", f"Final answer: {out}."])
     prompt = " ".join(p for p in (intro, task, ask) if p)

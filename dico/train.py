@@ -204,7 +204,7 @@ def main(argv=None) -> int:
     parser.add_argument("--long-share", type=float, default=0.15, help="share of batches padded up to --max-gen")
     parser.add_argument("--wording", choices=WORDINGS, default="free",
                         help="the worked answers' wording (dico.tasks.WORDINGS): 'free' varies their length, 'equal' "
-                             "does not")
+                             "does not, 'shifted' does not but moves the positions inside the answer")
     parser.add_argument("--tail-share", type=float, default=0.0,
                         help="share of examples that mask the whole answer and the first end-of-text tokens after "
                              "it, the rest of the tail visible: the state Vanilla non-AR reaches (see tail_length)")

@@ -30,6 +30,16 @@ def test_every_worked_answer_passes_its_own_checker(family):
         assert tasks.check(item, item.answer), item
 
 
+@pytest.mark.parametrize("wording", tasks.WORDINGS)
+def test_every_wording_asks_the_same_prompts_and_passes_the_checker(wording):
+    """The held-out split, the card and the lm-eval data do not depend on the wording a model was trained on."""
+    for seed in range(200):
+        for make in (tasks._word_item, tasks._list_item):
+            item = make(random.Random(seed), wording=wording)
+            assert item.prompt == make(random.Random(seed)).prompt
+            assert tasks.check(item, item.answer), item
+
+
 @pytest.mark.parametrize("family", tasks.FAMILIES)
 def test_wording_varies(family):
     rng = random.Random(11)
