@@ -201,14 +201,11 @@ def speed(predictor, n_items: int, gen_length: int = 256) -> list[dict]:
 
 
 def training_step(model: str | None) -> int | None:
-    """The training step of a locally trained model (its train_log.json), so a table says which weights it measured:
-    the embedded model is retrained between rounds under the same name."""
-    from dico.models import EMBEDDED, EMBEDDED_NAME
-    folder = EMBEDDED if model in (None, "", EMBEDDED_NAME) else Path(model)
-    try:
-        return int(json.loads((folder / "train_log.json").read_text())["step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    """The training step of a locally trained model, so a table says which weights it measured: the embedded model
+    is retrained between rounds under the same name."""
+    from dico.models import train_log
+    step = train_log(model).get("step")
+    return int(step) if isinstance(step, int) else None
 
 
 def machine() -> str:

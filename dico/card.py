@@ -21,6 +21,10 @@
   the first 8 answer positions, the rest of the answer (content), the 10 positions after the true
   end (the end-of-text boundary) and the far end-of-text tail: mean confidence and share above 0.95.
   A real LLM is unsure in free wording and sure of the tail; a model sure of everything teaches nothing.
+
+Every measure reads the held-out prompts with worked answers in the wording the model was trained in (its
+train_log.json, ``dico.tasks.WORDINGS``; "free" when it does not say): the prompts are the same in every wording,
+and a probe of answers worded otherwise would measure the wording, and put the profile's end in the wrong place.
 """
 from __future__ import annotations
 
@@ -211,6 +215,13 @@ def issue_prompts(predictor, gen_length=GEN_LENGTH, block_length=32) -> list[dic
     return rows
 
 
+def trained_wording(model) -> str:
+    """The wording a model's worked answers were trained in (dico.tasks.WORDINGS; "free" for logs from before
+    the choice existed, and for models trained elsewhere)."""
+    from dico.models import train_log
+    return train_log(model).get("args", {}).get("wording", "free")
+
+
 def measure(model=None, items=500, profile_items=200, decode_items=200, prompts=True) -> dict:
     """Every measure of the card for one model folder (None: the embedded model)."""
     from dico.models import load_model
@@ -218,7 +229,8 @@ def measure(model=None, items=500, profile_items=200, decode_items=200, prompts=
     start = time.perf_counter()
     predictor = load_model(model)
     load_s = time.perf_counter() - start
-    report = {"model": predictor.name, "load_s": round(load_s, 2)}
+    wording = trained_wording(model)
+    report = {"model": predictor.name, "load_s": round(load_s, 2), "wording": wording}
     item = tasks.make_split("word")[0]
     ids = torch.tensor([predictor.encode_prompt(item.prompt) + [predictor.mask_id] * GEN_LENGTH])
     for _ in range(3):
@@ -233,7 +245,7 @@ def measure(model=None, items=500, profile_items=200, decode_items=200, prompts=
         predictor.forward(ids)
     report["forward_ms_gen256"] = round((time.perf_counter() - t) / 10 * 1000, 2)
     for family in tasks.FAMILIES:
-        split = tasks.make_split(family, "test", items)
+        split = tasks.make_split(family, "test", items, wording=wording)
         probe = split[:profile_items]
         report[f"teacher_forced_{family}"] = round(teacher_forced(predictor, split), 4)
         report[f"number_accuracy_{family}"] = round(masked_alone_accuracy(predictor, probe), 4)
@@ -320,7 +332,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.by_operation:
         from dico.models import load_model
-        table = computed_by_operation(load_model(args.model), tasks.make_split("word", "test", args.items))
+        table = computed_by_operation(load_model(args.model), tasks.make_split("word", "test", args.items,
+                                                                               wording=trained_wording(args.model)))
         print(json.dumps(table, indent=1))
         return 0
     if args.curve:

@@ -159,6 +159,16 @@ class MaskPredictor:
 _PUNCTUATION = re.compile(r"[.,!?;:)\]}'%]+")
 
 
+def train_log(model: str | os.PathLike | None) -> dict:
+    """A locally trained model's train_log.json ({} for a hub id or a folder without one): which step and which
+    training wording the weights are, so tables and the card say what they measured."""
+    folder = EMBEDDED if model in (None, "", EMBEDDED_NAME) else Path(model)
+    try:
+        return json.loads((folder / "train_log.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def _eos_ids(generation_config) -> set:
     eos = getattr(generation_config, "eos_token_id", None)
     return set(eos) if isinstance(eos, (list, tuple)) else {eos}

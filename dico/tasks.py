@@ -325,18 +325,17 @@ def make_item(family: str, rng: random.Random) -> Item:
     return _MAKERS[family](rng)
 
 
-def make_split(family: str, split: str = "test", size: int | None = None) -> list[Item]:
-    """The fixed held-out split (``test``: 500 distinct prompts per family, same on every machine).
-
-    Half the word problems (the odd ones) use a name, an object and places from the held-out word lists.
-    """
+def make_split(family: str, split: str = "test", size: int | None = None, wording: str = "free") -> list[Item]:
+    """The fixed held-out split (``test``: 500 distinct prompts per family, same on every machine and in every
+    wording); the odd word problems use a name, an object and places from the held-out word lists."""
     if split != "test":
         raise ValueError("split: only the fixed 'test' split is stored; training data is drawn by train_stream")
     if family not in _MAKERS:
         raise ValueError(f"family: unknown task family {family!r}; choose from {', '.join(FAMILIES)}")
     rng, seen, items = random.Random(_TEST_SEED[family]), set(), []
     while len(items) < TEST_SIZE:
-        item = _word_item(rng, held_out=len(items) % 2 == 1) if family == "word" else make_item(family, rng)
+        item = _word_item(rng, held_out=len(items) % 2 == 1, wording=wording) if family == "word" else \
+            _list_item(rng, wording=wording)
         if item.prompt not in seen:
             seen.add(item.prompt)
             items.append(item)

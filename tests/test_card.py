@@ -117,3 +117,16 @@ def test_decoded_counts_right_answers_and_stutters(tokenizer):
     assert card.decoded(stutterer, [item])["stutter_rate"] == 1.0
     assert card._stutters("Adding 3 3 gives") and card._stutters("from 18 18.")
     assert not card._stutters("3 + 3 = 6.") and not card._stutters("It is 4, 4, 5.")
+
+
+def test_the_card_reads_worked_answers_in_the_wording_the_model_was_trained_in(tmp_path):
+    import json
+
+    (tmp_path / "train_log.json").write_text(json.dumps({"step": 5, "args": {"wording": "shifted"}}))
+    assert card.trained_wording(str(tmp_path)) == "shifted"
+    (tmp_path / "train_log.json").write_text(json.dumps({"step": 5, "args": {}}))     # a log from before the choice
+    assert card.trained_wording(str(tmp_path)) == "free"
+    assert card.trained_wording("GSAI-ML/LLaDA-8B-Instruct") == "free"
+    shifted, free = (tasks.make_split("word", size=40, wording=w) for w in ("shifted", "free"))
+    assert [i.prompt for i in shifted] == [i.prompt for i in free] and [i.answer for i in shifted] != [
+        i.answer for i in free]
