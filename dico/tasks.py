@@ -207,8 +207,7 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
         opening = _pick(rng, ["", "", "Let us solve it. ", "Let us think. ", "Step by step. "])
         opening = opening if shifted else ""
         rng.randrange(3)
-        closings = _SHIFTED_CLOSINGS[opening] if shifted else ("The answer is {v}.", "Final answer: {v}.",
-                                                               "The answer: {v}.")
+        closings = _SHIFTED_CLOSINGS[opening] if shifted else _CLOSINGS
         answer = opening + " ".join(solution) + " " + _pick(rng, closings).format(he=he, He=He, v=value)
     else:
         opening = _pick(rng, ["", "", "Let us solve it step by step. ", "Let us think. ", "We go step by step. "])
@@ -232,16 +231,16 @@ _SHIFTED_STEPS = {"add": (("Now {he} has", ""), ("Adding {b} gives", ""), ("{He}
                   "sub": (("Now {he} has", ""), ("Then {he} has", ""), ("{He} has", " left"), ("So", " are left"),
                           ("{He} keeps", " now")),
                   "double": (("This gives", ""), ("{He} has", " now"), ("So", " in all"))}
+_CLOSINGS = ("The answer is {v}.", "Final answer: {v}.", "The answer: {v}.")     # the equal wording's
 # The closing for each opening: together ten tokens (word problems) or eight and the list (lists).
 _SHIFTED_CLOSINGS = {"": ("So {he} has {v}. The answer is {v}.", "{He} has {v} now. The answer is {v}.",
                           "So {he} has {v}. Final answer: {v}."),
                      "Let us think. ": ("So the answer is {v}.", "So the answer: {v}.", "So the answer is {v}."),
-                     "Let us solve it. ": ("The answer is {v}.", "Final answer: {v}.", "The answer: {v}."),
-                     "Step by step. ": ("The answer is {v}.", "Final answer: {v}.", "The answer: {v}.")}
+                     **dict.fromkeys(("Let us solve it. ", "Step by step. "), _CLOSINGS)}
 _SHIFTED_LIST_CLOSINGS = {"": ("So in the end the answer is {v}.", "In the end the new list is {v}.",
                                "So in the end the answer: {v}."),
                           "In order. ": ("The new list is {v}.", "So the answer is {v}.", "So the answer: {v}."),
-                          "Let us think. ": ("The answer is {v}.", "Final answer: {v}.", "The answer: {v}.")}
+                          "Let us think. ": _CLOSINGS}
 
 
 def him(he: str) -> str:
@@ -286,8 +285,10 @@ def _list_item(rng: random.Random, top: int = 20, step_top: int = 9, wording: st
     out = ", ".join(map(str, result))
     if wording == "equal":
         opening = ""
-        closing = _pick(rng, [f"The answer is {out}.", f"Final answer: {out}.", f"The answer: {out}."])
-    elif wording == "shifted":
+        closing = _pick(rng, _CLOSINGS).format(v=out)
+    elif wording == "shifted":      # "=" two steps in three, else "is" or "gives" (seeded, not drawn: same split)
+        style, pieces = random.Random(f"{listed}|{op}|{k}"), (" = ", " = ", " = ", " = ", " is ", " gives ")
+        steps = [step.replace(" = ", _pick(style, pieces)) for step in steps]
         opening = ("", "In order. ", "Let us think. ", "In order. ")[openings.index(opening)]
         closing = _pick(rng, _SHIFTED_LIST_CLOSINGS[opening]).format(v=out)
     else:

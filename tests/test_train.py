@@ -187,7 +187,8 @@ def test_only_the_free_wording_lets_an_answer_be_longer_than_its_prompt_says(tok
     lengths, wordings = defaultdict(set), defaultdict(set)
     for item in (next(stream) for _ in range(2000)):
         if item.family in ("word", "list"):
-            shape = (item.family, item.entities, item.answer.count(" = "))
+            steps = item.answer.count(" = ") if item.family == "word" else item.target.count(",") + 1
+            shape = (item.family, item.entities, steps)
             lengths[shape].add(len(tokenizer(item.answer, add_special_tokens=False)["input_ids"]))
             wordings[item.family].add(re.sub(r"\d+", "N", item.answer.split(".")[-2 if item.family == "word" else 0]))
     assert all(len(found) == 1 for found in lengths.values()) == (wording != "free")
