@@ -131,7 +131,7 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
         question.append(_pick(rng, [f"{He} likes {obj} a lot.", f"The {obj} are {adj}.", "It is a sunny day.",
                                     f"{He} keeps them in a bag.", f"{His} {_pick(rng, KIN)} likes {obj} too.",
                                     f"Some of the {obj} are {adj}."]))
-    # Both wordings draw from lists of the same sizes, so the split's prompts do not depend on the wording.
+    # Every wording draws from lists of the same sizes, so the split's prompts do not depend on the wording.
     equal, shifted = wording == "equal", wording == "shifted"
     if equal or shifted:
         starts = [f"{name} starts with {value} {obj}.", f"{name} begins with {value} {obj}.",

@@ -35,12 +35,9 @@ def test_answers_a_fixed_held_out_word_problem_with_vanilla(predictor):
     assert tasks.check(item, trace.text), (item, trace.text)
 
 
-# Issue 16's three prompts, with every method in both modes: right answer, name and object copied. The runs the
-# shipped model still gets wrong are listed (strict: a fix makes them fail until this list is updated). Measured
-# at its card: 11 of 24 right, 22 of 24 copied; Nora's "gives 3 shells to her brother" is read as an addition.
-MISSES = {("Tom", "non-ar", "vanilla"), ("Tom", "non-ar", "fast"), ("Tom", "semi-ar", "dico"),
-          ("Take", "semi-ar", "fast"), ("Take", "semi-ar", "dico")} | \
-         {("Nora", mode, method) for mode in ("non-ar", "semi-ar") for method in ("vanilla", "fast", "fast-factor", "dico")}
+# Issue 16's three prompts, with every method in both modes: right answer, name and object copied (the shipped
+# model's card: 24 of 24). A model that misses some lists them here as strict expected failures.
+MISSES: set = set()
 
 
 @pytest.mark.parametrize("item", ISSUE_PROMPTS, ids=lambda item: item.prompt.split()[0])
@@ -54,11 +51,19 @@ def test_issue_16_prompts_decode_right_with_the_name_and_object_copied(predictor
     assert tasks.check(item, trace.text) and all(e in trace.text for e in item.entities), trace.text
 
 
-def test_no_word_is_unknown_and_a_name_never_seen_is_copied(predictor):
-    prompt = "Quetzalina has 5 zebras. She finds 3 more zebras. How many zebras does Quetzalina have now?"
-    assert predictor.unknown_words(prompt) == []
-    trace = dico.generate(predictor, prompt, "vanilla", gen_length=96)
-    assert "Quetzalina" in trace.text and "zebras" in trace.text and tasks.extract_answer(trace.text) == "8", trace.text
+QUETZALINA = "Quetzalina has 5 zebras. She finds 3 more zebras. How many zebras does Quetzalina have now?"
+
+
+def test_no_word_is_unknown_and_an_answer_with_a_name_never_seen_is_right(predictor):
+    assert predictor.unknown_words(QUETZALINA) == []
+    trace = dico.generate(predictor, QUETZALINA, "vanilla", gen_length=96)
+    assert "zebras" in trace.text and tasks.extract_answer(trace.text) == "8", trace.text
+
+
+@pytest.mark.xfail(strict=True, reason="a rare name of 7 BPE pieces is cut short by Vanilla non-AR (the card: 7 of "
+                                       "20 such names copied whole, 15 of 20 with DiCo)")
+def test_a_long_name_never_seen_is_copied_whole(predictor):
+    assert "Quetzalina" in dico.generate(predictor, QUETZALINA, "vanilla", gen_length=96).text
 
 
 def test_attention_capture_on_the_embedded_model(predictor):

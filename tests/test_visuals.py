@@ -6,7 +6,6 @@ Every expectation is derived from the trace itself (its steps, ``answer_length``
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import math
 import re
@@ -272,15 +271,12 @@ def test_attention_keys_line_up_with_positions_and_empty_stages_say_so(golden, n
 
 def test_a_stage_no_step_ran_in_says_so(golden):
     """Issue 14's empty middle panel: when one Conquer step takes a run from < 1/3 to >= 2/3 decoded, the middle
-    stage has no steps (the shipped model's golden runs no longer do that, so the stage is emptied here)."""
-    trace = golden["word0-dico-non-ar"]
-    att = trace.attention
-    assert all(att.steps)
-    empty = dataclasses.replace(att, steps=[att.steps[0], [], sorted(att.steps[1] + att.steps[2])],
-                                matrix=[att.matrix[0], [None] * len(att.matrix[1]), att.matrix[2]])
-    fig = attention_figure(dataclasses.replace(trace, attention=empty))
-    assert "middle: no steps" in [a.text for a in fig.layout.annotations]
-    assert "middle: no steps" not in [a.text for a in attention_figure(trace).layout.annotations]
+    stage has no steps (the shipped model's DiCo non-AR golden run: Divide steps, then one Conquer step
+    commits most of the response); a run with a step in every stage draws three panels."""
+    empty, full = golden["word0-dico-non-ar"], golden["word0-dico-semi-ar"]
+    assert empty.attention.steps[1] == [] and all(full.attention.steps)
+    assert "middle: no steps" in [a.text for a in attention_figure(empty).layout.annotations]
+    assert "middle: no steps" not in [a.text for a in attention_figure(full).layout.annotations]
 
 
 def test_attention_without_capture_says_so(golden):
