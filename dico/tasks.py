@@ -217,12 +217,12 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
     return Item("word", " ".join(question), answer, str(value), (name, obj), held_out)
 
 
-# The worked answer's wording. "free" (the shipped model's): openings, summaries and leads of 0 to 6 tokens, so
+# The worked answer's wording. "free" (the held-out split's): openings, summaries and leads of 0 to 6 tokens, so
 # the length varies by up to a step, and Vanilla non-AR, which commits end-of-text from the right, writes answers
 # a step or two short. "equal": one token count for every start, lead and closing, so the length follows from the
-# prompt, but a model trained on it is sure of nearly every token at the first step. "shifted": as long as
-# "equal", but each equation sits 1 to 3 tokens into its step and the opening (0, 4 or 5 tokens) moves the rest,
-# the closing making up the difference: unsure where each token sits, sure where the answer ends (model card).
+# prompt, but a model trained on it is sure of nearly every token at the first step. "shifted" (the shipped
+# model's): as long as "equal", but each equation sits 1 to 3 tokens into its step, the opening moves the rest and
+# the closing makes up the difference: unsure where each token sits, sure where the answer ends (model card).
 WORDINGS = ("free", "equal", "shifted")
 _STEP_LEADS = ("Now {he} has", "Then {he} has", "So {he} has", "{He} now has", "This gives")
 # (lead, trail) around "{equation} {object}": three tokens in all with the embedded model's tokenizer.
