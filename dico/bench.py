@@ -205,7 +205,7 @@ def training_step(model: str | None) -> int | None:
     is retrained between rounds under the same name."""
     from dico.models import train_log
     step = train_log(model).get("step")
-    return int(step) if isinstance(step, int) else None
+    return step if isinstance(step, int) else None
 
 
 def machine() -> str:

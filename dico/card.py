@@ -285,17 +285,19 @@ def curve(run: str, items: int, prompts: bool = False, decode_items: int = 0, on
     not yet in RUN/curve.json; write curve.json and curve.md (measures against training minutes)."""
     from pathlib import Path
 
+    from dico.models import train_log
+
     run = Path(run)
     path = run / "curve.json"
     points = json.loads(path.read_text()) if path.exists() else []
     done = {p["folder"] for p in points}
     folders = sorted((run / "snapshots").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
-    if (run / "train_log.json").exists() and json.loads((run / "train_log.json").read_text())["tag"] == "final":
+    if train_log(run).get("tag") == "final":
         folders.append(run)
     for folder in folders:
         if str(folder) in done or (only and folder.name not in only):
             continue
-        log = json.loads((folder / "train_log.json").read_text())
+        log = train_log(folder)
         report = measure(str(folder), items, items, decode_items, prompts)
         points.append({"folder": str(folder), "step": log["step"], "minutes": log["minutes"],
                        "loss_ema": log["loss_ema"], "items": items, "decode_items": decode_items,

@@ -237,6 +237,9 @@ _SHIFTED_CLOSINGS = {"": ("So {he} has {v}. The answer is {v}.", "{He} has {v} n
                           "So {he} has {v}. Final answer: {v}."),
                      "Let us think. ": ("So the answer is {v}.", "So the answer: {v}.", "So the answer is {v}."),
                      **dict.fromkeys(("Let us solve it. ", "Step by step. "), _CLOSINGS)}
+# A list's opening per wording, lists of one size (the same draws, so the same split).
+_LIST_OPENINGS = {"free": ("", "We go through the list in order. ", "One number at a time. ", "Let us work in order. "),
+                  "equal": ("",) * 4, "shifted": ("", "In order. ", "Let us think. ", "In order. ")}
 _SHIFTED_LIST_CLOSINGS = {"": ("So in the end the answer is {v}.", "In the end the new list is {v}.",
                                "So in the end the answer: {v}."),
                           "In order. ": ("The new list is {v}.", "So the answer is {v}.", "So the answer: {v}."),
@@ -280,16 +283,13 @@ def _list_item(rng: random.Random, top: int = 20, step_top: int = 9, wording: st
         result = [x * 2 for x in items]
         steps = [f"{x} * 2 = {y}." for x, y in zip(items, result)]
     ask = _pick(rng, ["", "", "What is the new list?", "Keep the order."])
-    openings = ["", "We go through the list in order. ", "One number at a time. ", "Let us work in order. "]
-    opening = _pick(rng, openings)
+    opening = _pick(rng, _LIST_OPENINGS[wording])
     out = ", ".join(map(str, result))
     if wording == "equal":
-        opening = ""
         closing = _pick(rng, _CLOSINGS).format(v=out)
     elif wording == "shifted":      # "=" two steps in three, else "is" or "gives" (seeded, not drawn: same split)
         style, pieces = random.Random(f"{listed}|{op}|{k}"), (" = ", " = ", " = ", " = ", " is ", " gives ")
         steps = [step.replace(" = ", _pick(style, pieces)) for step in steps]
-        opening = ("", "In order. ", "Let us think. ", "In order. ")[openings.index(opening)]
         closing = _pick(rng, _SHIFTED_LIST_CLOSINGS[opening]).format(v=out)
     else:
         closing = _pick(rng, [f"The answer is {out}.", f"So the new list is {out}.", f"Final answer: {out}."])
@@ -320,10 +320,10 @@ def _copy_item(rng: random.Random) -> Item:
 _MAKERS = {"word": _word_item, "list": _list_item}
 
 
-def make_item(family: str, rng: random.Random) -> Item:
+def make_item(family: str, rng: random.Random, wording: str = "free") -> Item:
     if family not in _MAKERS:
         raise ValueError(f"family: unknown task family {family!r}; choose from {', '.join(FAMILIES)}")
-    return _MAKERS[family](rng)
+    return _MAKERS[family](rng, wording=wording)
 
 
 def make_split(family: str, split: str = "test", size: int | None = None, wording: str = "free") -> list[Item]:
@@ -336,7 +336,7 @@ def make_split(family: str, split: str = "test", size: int | None = None, wordin
     rng, seen, items = random.Random(_TEST_SEED[family]), set(), []
     while len(items) < TEST_SIZE:
         item = _word_item(rng, held_out=len(items) % 2 == 1, wording=wording) if family == "word" else \
-            _list_item(rng, wording=wording)
+            make_item(family, rng, wording)
         if item.prompt not in seen:
             seen.add(item.prompt)
             items.append(item)
