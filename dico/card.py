@@ -23,7 +23,7 @@
   A real LLM is unsure in free wording and sure of the tail; a model sure of everything teaches nothing.
 
 Every measure reads the held-out prompts with worked answers in the wording the model was trained in (its
-train_log.json, ``dico.tasks.WORDINGS``; "free" when it does not say): the prompts are the same in every wording,
+train_log.json, ``dico.wordings``; "free" when it does not say): the prompts are the same in every wording,
 and a probe of answers worded otherwise would measure the wording, and put the profile's end in the wrong place.
 """
 from __future__ import annotations
@@ -216,7 +216,7 @@ def issue_prompts(predictor, gen_length=GEN_LENGTH, block_length=32) -> list[dic
 
 
 def trained_wording(model) -> str:
-    """The wording a model's worked answers were trained in (dico.tasks.WORDINGS; "free" for logs from before
+    """The wording a model's worked answers were trained in (dico.wordings; "free" for logs from before
     the choice existed, and for models trained elsewhere)."""
     from dico.models import train_log
     return train_log(model).get("args", {}).get("wording", "free")

@@ -20,6 +20,17 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from dico.wordings import (
+    CLOSINGS,
+    LIST_OPENINGS,
+    SHIFTED_CLOSINGS,
+    SHIFTED_LIST_CLOSINGS,
+    SHIFTED_STEPS,
+    STEP_LEADS,
+    check_wording,
+    usual_pick,
+)
+
 FAMILIES = ("word", "list")
 TEST_SIZE = 500
 _TEST_SEED = {"word": 9_001, "list": 9_002}
@@ -98,7 +109,7 @@ def _start_value(rng: random.Random) -> int:
 def _word_item(rng: random.Random, held_out: bool = False, invented: bool = False, train: bool = False,
                wording: str = "free") -> Item:
     """One word problem and its worked answer; ``train`` adds wordings the held-out split never shows; ``wording``
-    is the answer's (see WORDINGS)."""
+    is the answer's (see dico.wordings)."""
     male = rng.random() < 0.5
     names = (HELD_OUT_MALE if male else HELD_OUT_FEMALE) if held_out else (MALE if male else FEMALE)
     name = _pick(rng, names)
@@ -131,8 +142,7 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
         question.append(_pick(rng, [f"{He} likes {obj} a lot.", f"The {obj} are {adj}.", "It is a sunny day.",
                                     f"{He} keeps them in a bag.", f"{His} {_pick(rng, KIN)} likes {obj} too.",
                                     f"Some of the {obj} are {adj}."]))
-    # Every wording draws from lists of the same sizes, so the split's prompts do not depend on the wording.
-    equal, shifted = wording == "equal", wording == "shifted"
+    equal, shifted, usual = wording == "equal", wording in ("shifted", "usual"), wording == "usual"
     if equal or shifted:
         starts = [f"{name} starts with {value} {obj}.", f"{name} begins with {value} {obj}.",
                   f"{name} first has {value} {obj}."]
@@ -142,11 +152,12 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
                                 f"{name} begins with {value}.", f"We start from {value} {obj}.",
                                 f"{name} has {value} {obj} at the start.", f"First, {name} has {value} {obj}."])]
 
-    def step(equation: str, leads=_STEP_LEADS) -> str:
+    def step(equation: str, leads=STEP_LEADS) -> str:
         return _pick(rng, [f"{lead.format(he=he, He=He)} {equation} {obj}." for lead in leads])
 
     def shifted_step(op: str, equation: str, b: int = 0) -> str:
-        lead, trail = _pick(rng, _SHIFTED_STEPS[op])
+        options = SHIFTED_STEPS[op]
+        lead, trail = usual_pick(rng, options, f"{name}|{equation}") if usual else _pick(rng, options)
         return f"{lead.format(he=he, He=He, b=b)} {equation} {obj}{trail}."
 
     for _ in range(rng.choice((1, 2, 2, 3, 3))):
@@ -192,7 +203,7 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
             question.append(_pick(rng, [f"Then the number of {obj} doubles{place()}.",
                                         f"{He} doubles {his} {obj}{place()}.",
                                         f"Later {he} has twice as many {obj} as before."]))
-            solution.append(step(f"{value} * 2 = {new}", _STEP_LEADS[:3]) if equal else
+            solution.append(step(f"{value} * 2 = {new}", STEP_LEADS[:3]) if equal else
                             shifted_step(op, f"{value} * 2 = {new}") if shifted else
                             _pick(rng, [f"Doubling gives {value} * 2 = {new}.",
                                         f"Twice {value} is {value} * 2 = {new}.",
@@ -207,43 +218,15 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
         opening = _pick(rng, ["", "", "Let us solve it. ", "Let us think. ", "Step by step. "])
         opening = opening if shifted else ""
         rng.randrange(3)
-        closings = _SHIFTED_CLOSINGS[opening] if shifted else _CLOSINGS
-        answer = opening + " ".join(solution) + " " + _pick(rng, closings).format(he=he, He=He, v=value)
+        closings = SHIFTED_CLOSINGS[opening] if shifted else CLOSINGS
+        closing = usual_pick(rng, closings, f"{name}|{obj}|{value}") if usual else _pick(rng, closings)
+        answer = opening + " ".join(solution) + " " + closing.format(he=he, He=He, v=value)
     else:
         opening = _pick(rng, ["", "", "Let us solve it step by step. ", "Let us think. ", "We go step by step. "])
         summary = _pick(rng, ["", f"In the end {name} has {value} {obj}. ", f"So {name} has {value} {obj} now. "])
         closing = _pick(rng, [f"The answer is {value}.", f"So the answer is {value}.", f"Final answer: {value}."])
         answer = opening + " ".join(solution) + " " + summary + closing
     return Item("word", " ".join(question), answer, str(value), (name, obj), held_out)
-
-
-# The worked answer's wording. "free" (the held-out split's): openings, summaries and leads of 0 to 6 tokens, so
-# the length varies by up to a step, and Vanilla non-AR, which commits end-of-text from the right, writes answers
-# a step or two short. "equal": one token count for every start, lead and closing, so the length follows from the
-# prompt, but a model trained on it is sure of nearly every token at the first step. "shifted" (the shipped
-# model's): as long as "equal", but each equation sits 1 to 3 tokens into its step, the opening moves the rest and
-# the closing makes up the difference: unsure where each token sits, sure where the answer ends (model card).
-WORDINGS = ("free", "equal", "shifted")
-_STEP_LEADS = ("Now {he} has", "Then {he} has", "So {he} has", "{He} now has", "This gives")
-# (lead, trail) around "{equation} {object}": three tokens in all with the embedded model's tokenizer.
-_SHIFTED_STEPS = {"add": (("Now {he} has", ""), ("Adding {b} gives", ""), ("{He} has", " now"), ("So", " in all"),
-                          ("Then {he} has", "")),
-                  "sub": (("Now {he} has", ""), ("Then {he} has", ""), ("{He} has", " left"), ("So", " are left"),
-                          ("{He} keeps", " now")),
-                  "double": (("This gives", ""), ("{He} has", " now"), ("So", " in all"))}
-_CLOSINGS = ("The answer is {v}.", "Final answer: {v}.", "The answer: {v}.")     # the equal wording's
-# The closing for each opening: together ten tokens (word problems) or eight and the list (lists).
-_SHIFTED_CLOSINGS = {"": ("So {he} has {v}. The answer is {v}.", "{He} has {v} now. The answer is {v}.",
-                          "So {he} has {v}. Final answer: {v}."),
-                     "Let us think. ": ("So the answer is {v}.", "So the answer: {v}.", "So the answer is {v}."),
-                     **dict.fromkeys(("Let us solve it. ", "Step by step. "), _CLOSINGS)}
-# A list's opening per wording, lists of one size (the same draws, so the same split).
-_LIST_OPENINGS = {"free": ("", "We go through the list in order. ", "One number at a time. ", "Let us work in order. "),
-                  "equal": ("",) * 4, "shifted": ("", "In order. ", "Let us think. ", "In order. ")}
-_SHIFTED_LIST_CLOSINGS = {"": ("So in the end the answer is {v}.", "In the end the new list is {v}.",
-                               "So in the end the answer: {v}."),
-                          "In order. ": ("The new list is {v}.", "So the answer is {v}.", "So the answer: {v}."),
-                          "Let us think. ": _CLOSINGS}
 
 
 def him(he: str) -> str:
@@ -283,14 +266,14 @@ def _list_item(rng: random.Random, top: int = 20, step_top: int = 9, wording: st
         result = [x * 2 for x in items]
         steps = [f"{x} * 2 = {y}." for x, y in zip(items, result)]
     ask = _pick(rng, ["", "", "What is the new list?", "Keep the order."])
-    opening = _pick(rng, _LIST_OPENINGS[wording])
+    opening = _pick(rng, LIST_OPENINGS[wording])
     out = ", ".join(map(str, result))
     if wording == "equal":
-        closing = _pick(rng, _CLOSINGS).format(v=out)
-    elif wording == "shifted":      # "=" two steps in three, else "is" or "gives" (seeded, not drawn: same split)
+        closing = _pick(rng, CLOSINGS).format(v=out)
+    elif wording in ("shifted", "usual"):   # "=" two steps in three, else "is" or "gives" (seeded: same split)
         style, pieces = random.Random(f"{listed}|{op}|{k}"), (" = ", " = ", " = ", " = ", " is ", " gives ")
         steps = [step.replace(" = ", _pick(style, pieces)) for step in steps]
-        closing = _pick(rng, _SHIFTED_LIST_CLOSINGS[opening]).format(v=out)
+        closing = _pick(rng, SHIFTED_LIST_CLOSINGS[opening]).format(v=out)
     else:
         closing = _pick(rng, [f"The answer is {out}.", f"So the new list is {out}.", f"Final answer: {out}."])
     prompt = " ".join(p for p in (intro, task, ask) if p)
@@ -333,6 +316,7 @@ def make_split(family: str, split: str = "test", size: int | None = None, wordin
         raise ValueError("split: only the fixed 'test' split is stored; training data is drawn by train_stream")
     if family not in _MAKERS:
         raise ValueError(f"family: unknown task family {family!r}; choose from {', '.join(FAMILIES)}")
+    check_wording(wording)
     rng, seen, items = random.Random(_TEST_SEED[family]), set(), []
     while len(items) < TEST_SIZE:
         item = _word_item(rng, held_out=len(items) % 2 == 1, wording=wording) if family == "word" else \
@@ -359,9 +343,8 @@ DRILL_TOP, DRILL_STEP, DRILL_SHARE = 100, 20, 1 / 2
 
 def train_stream(seed: int, families=FAMILIES, copy_drills: bool = True, wording: str = "free"):
     """An endless, seeded stream of training items that never repeats a held-out prompt nor uses a held-out word,
-    its answers in ``wording`` (see WORDINGS)."""
-    if wording not in WORDINGS:
-        raise ValueError(f"wording: {wording!r} is not one of {', '.join(WORDINGS)}")
+    its answers in ``wording`` (see dico.wordings)."""
+    check_wording(wording)
     held_out = {item.prompt for family in families for item in make_split(family)}
     rng = random.Random(seed)
     weighted = [family for family, weight in TRAIN_MIX if family in families for _ in range(weight)]

@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from dico.tasks import WORDINGS
 from dico.tokenizer import SPECIALS, build_tokenizer, entity_spans, token_tables
+from dico.wordings import WORDINGS
 
 MAX_PROMPT_TOKENS = 96
 
@@ -203,8 +203,9 @@ def main(argv=None) -> int:
     parser.add_argument("--max-gen", type=int, default=256, help="longest response region drawn in training")
     parser.add_argument("--long-share", type=float, default=0.15, help="share of batches padded up to --max-gen")
     parser.add_argument("--wording", choices=WORDINGS, default="free",
-                        help="the worked answers' wording (dico.tasks.WORDINGS): 'free' varies their length, 'equal' "
-                             "does not, 'shifted' does not but moves the positions inside the answer")
+                        help="the worked answers' wording (dico.wordings): 'free' varies their length, 'equal' "
+                             "does not, 'shifted' does not but moves the positions inside the answer, 'usual' "
+                             "moves them less often")
     parser.add_argument("--tail-share", type=float, default=0.0,
                         help="share of examples that mask the whole answer and the first end-of-text tokens after "
                              "it, the rest of the tail visible: the state Vanilla non-AR reaches (see tail_length)")

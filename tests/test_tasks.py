@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from dico import scope, tasks
+from dico import scope, tasks, wordings
 from dico.card import ISSUE_PROMPTS
 
 
@@ -30,7 +30,7 @@ def test_every_worked_answer_passes_its_own_checker(family):
         assert tasks.check(item, item.answer), item
 
 
-@pytest.mark.parametrize("wording", tasks.WORDINGS)
+@pytest.mark.parametrize("wording", wordings.WORDINGS)
 def test_every_wording_asks_the_same_prompts_and_passes_the_checker(wording):
     """The held-out split, the card and the lm-eval data do not depend on the wording a model was trained on."""
     for seed in range(200):
@@ -38,6 +38,11 @@ def test_every_wording_asks_the_same_prompts_and_passes_the_checker(wording):
             item = make(random.Random(seed), wording=wording)
             assert item.prompt == make(random.Random(seed)).prompt
             assert tasks.check(item, item.answer), item
+
+
+def test_an_unknown_wording_is_refused_not_read_as_free():
+    with pytest.raises(ValueError, match="wording"):
+        tasks.make_split("word", size=3, wording="shfited")
 
 
 @pytest.mark.parametrize("family", tasks.FAMILIES)

@@ -175,9 +175,9 @@ def test_tail_rows_hide_the_whole_answer_and_a_few_end_of_text_tokens_the_rest_o
     assert 0 <= min(reach) and max(reach) <= 12 and len(set(reach)) > 3
 
 
-@pytest.mark.parametrize("wording", ["free", "equal", "shifted"])
+@pytest.mark.parametrize("wording", ["free", "equal", "shifted", "usual"])
 def test_only_the_free_wording_lets_an_answer_be_longer_than_its_prompt_says(tokenizer, wording):
-    """Equal and shifted wordings: same name, object and number of steps, same length in tokens (Vanilla non-AR can
+    """Equal, shifted and usual wordings: same name, object and number of steps, same length in tokens (Vanilla non-AR can
     tell where the answer ends); the free wording (the held-out split's) varies it."""
     from collections import defaultdict
 
@@ -214,6 +214,29 @@ def test_the_shifted_wording_moves_the_equations_inside_an_answer_of_fixed_lengt
             offsets[shape].add(ids.index(equals))
     assert all(len(found) == 1 for found in lengths.values())
     assert max(len(found) for found in offsets.values()) >= 6
+
+
+def test_the_usual_wording_moves_a_step_less_often_than_the_shifted_one():
+    """Same steps as "shifted", but the first lead of each ("Now she has", "This gives") seven times in ten and
+    each other one rarely: one likely place per token of a step, and the others still seen."""
+    from collections import Counter
+
+    from dico import tasks, wordings
+
+    def leads(wording):
+        stream, found = tasks.train_stream(seed=5, wording=wording), Counter()
+        for item in (next(stream) for _ in range(3000)):
+            if item.family == "word":
+                found.update(re.sub(r"\d+", "N", sentence.split(" = ")[0].rsplit(" ", 3)[0]) for sentence in item.answer.split(". ")[1:]
+                             if " = " in sentence)
+        return found
+
+    usual, shifted = leads("usual"), leads("shifted")
+    for first in ("Now he has", "Now she has"):
+        assert usual[first] > 2 * shifted[first]
+    share = sum(usual[lead] for lead in ("Now he has", "Now she has", "This gives")) / sum(usual.values())
+    assert abs(share - wordings.USUAL_SHARE) < 0.05
+    assert set(usual) == set(shifted)
 
 
 def test_extra_masked_positions_count_once_not_one_over_t():
