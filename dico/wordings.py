@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 
 WORDINGS = ("free", "equal", "shifted", "usual")
+SHIFTED_KIND = ("shifted", "usual")     # the wordings built on the shifted steps, closings and lists
 USUAL_SHARE = 0.7
 STEP_LEADS = ("Now {he} has", "Then {he} has", "So {he} has", "{He} now has", "This gives")     # equal
 # (lead, trail) around "{equation} {object}": three tokens in all with the embedded model's tokenizer; the first
@@ -44,10 +45,9 @@ SHIFTED_LIST_CLOSINGS = {"": ("So in the end the answer is {v}.", "In the end th
                          "Let us think. ": CLOSINGS}
 
 
-def check_wording(wording: str) -> str:
+def check_wording(wording: str) -> None:
     if wording not in WORDINGS:
         raise ValueError(f"wording: {wording!r} is not one of {', '.join(WORDINGS)}")
-    return wording
 
 
 def usual_pick(rng: random.Random, options, key: str):

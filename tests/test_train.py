@@ -177,8 +177,8 @@ def test_tail_rows_hide_the_whole_answer_and_a_few_end_of_text_tokens_the_rest_o
 
 @pytest.mark.parametrize("wording", ["free", "equal", "shifted", "usual"])
 def test_only_the_free_wording_lets_an_answer_be_longer_than_its_prompt_says(tokenizer, wording):
-    """Equal, shifted and usual wordings: same name, object and number of steps, same length in tokens (Vanilla non-AR can
-    tell where the answer ends); the free wording (the held-out split's) varies it."""
+    """Equal, shifted and usual wordings: same name, object and number of steps, same length in tokens (Vanilla
+    non-AR can tell where the answer ends); the free wording (the held-out split's) varies it."""
     from collections import defaultdict
 
     from dico import tasks
@@ -227,8 +227,8 @@ def test_the_usual_wording_moves_a_step_less_often_than_the_shifted_one():
         stream, found = tasks.train_stream(seed=5, wording=wording), Counter()
         for item in (next(stream) for _ in range(3000)):
             if item.family == "word":
-                found.update(re.sub(r"\d+", "N", sentence.split(" = ")[0].rsplit(" ", 3)[0]) for sentence in item.answer.split(". ")[1:]
-                             if " = " in sentence)
+                equations = (sentence.split(" = ")[0] for sentence in item.answer.split(". ")[1:] if " = " in sentence)
+                found.update(re.sub(r"\d+", "N", left.rsplit(" ", 3)[0]) for left in equations)   # drop "a + b"
         return found
 
     usual, shifted = leads("usual"), leads("shifted")
