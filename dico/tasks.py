@@ -20,8 +20,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from dico.wordings import (CLOSINGS, LIST_OPENINGS, SHIFTED_CLOSINGS, SHIFTED_KIND, SHIFTED_LIST_CLOSINGS,
-                           SHIFTED_STEPS, STEP_LEADS, check_wording, usual_pick)
+from dico.wordings import (CLOSINGS, LIST_LINKS, LIST_OPENINGS, SHIFTED_CLOSINGS, SHIFTED_KIND, SHIFTED_LIST_CLOSINGS,
+                           SHIFTED_STEPS, STEP_LEADS, USUAL_KIND, check_wording, usual_pick)
 
 FAMILIES = ("word", "list")
 TEST_SIZE = 500
@@ -134,7 +134,7 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
         question.append(_pick(rng, [f"{He} likes {obj} a lot.", f"The {obj} are {adj}.", "It is a sunny day.",
                                     f"{He} keeps them in a bag.", f"{His} {_pick(rng, KIN)} likes {obj} too.",
                                     f"Some of the {obj} are {adj}."]))
-    equal, shifted, usual = wording == "equal", wording in SHIFTED_KIND, wording == "usual"
+    equal, shifted, usual = wording == "equal", wording in SHIFTED_KIND, wording in USUAL_KIND
     if equal or shifted:
         starts = [f"{name} starts with {value} {obj}.", f"{name} begins with {value} {obj}.",
                   f"{name} first has {value} {obj}."]
@@ -262,9 +262,9 @@ def _list_item(rng: random.Random, top: int = 20, step_top: int = 9, wording: st
     out = ", ".join(map(str, result))
     if wording == "equal":
         closing = _pick(rng, CLOSINGS).format(v=out)
-    elif wording in SHIFTED_KIND:   # "=" two steps in three, else "is" or "gives" (seeded: same split)
-        style, pieces = random.Random(f"{listed}|{op}|{k}"), (" = ", " = ", " = ", " = ", " is ", " gives ")
-        steps = [step.replace(" = ", _pick(style, pieces)) for step in steps]
+    elif wording in SHIFTED_KIND:   # "=" or "is" or "gives" (dico.wordings.LIST_LINKS; seeded: same split)
+        style = random.Random(f"{listed}|{op}|{k}")
+        steps = [step.replace(" = ", _pick(style, LIST_LINKS[wording])) for step in steps]
         closing = _pick(rng, SHIFTED_LIST_CLOSINGS[opening]).format(v=out)
     else:
         closing = _pick(rng, [f"The answer is {out}.", f"So the new list is {out}.", f"Final answer: {out}."])

@@ -205,7 +205,7 @@ def main(argv=None) -> int:
     parser.add_argument("--wording", choices=WORDINGS, default="free",
                         help="the worked answers' wording (dico.wordings): 'free' varies their length, 'equal' "
                              "does not, 'shifted' does not but moves the positions inside the answer, 'usual' "
-                             "moves them less often")
+                             "moves them less often, 'plain' is 'usual' with lists that mostly say '='")
     parser.add_argument("--tail-share", type=float, default=0.0,
                         help="share of examples that mask the whole answer and the first end-of-text tokens after "
                              "it, the rest of the tail visible: the state Vanilla non-AR reaches (see tail_length)")
@@ -228,6 +228,10 @@ def main(argv=None) -> int:
     start_from.add_argument("--resume", action="store_true",
                             help="continue OUT from its trainer_state.pt: model, optimizer, step count and elapsed "
                                  "time (the data stream is reseeded with the step count)")
+    start_from.add_argument("--continue-from", metavar="FOLDER",
+                            help="continue a model that has no optimizer state (the float16 copy in assets/): its "
+                                 "step count, minutes and commands (train_log.json) carry on, and a fresh optimizer "
+                                 "warms up again over --warmup steps")
     start_from.add_argument("--export-from", metavar="RUN",
                             help="write RUN's weights to OUT in float16 with its tokenizer and train_log.json (what "
                                  "ships in assets/), then stop")
@@ -251,10 +255,11 @@ def main(argv=None) -> int:
         state = torch.load(out / "trainer_state.pt", weights_only=False)
         tokenizer = AutoTokenizer.from_pretrained(out)
         model = AutoModelForMaskedLM.from_pretrained(out, dtype=torch.float32)
-    elif args.init_from:
+    elif args.init_from or args.continue_from:
         from transformers import AutoModelForMaskedLM, AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(args.init_from)
-        model = AutoModelForMaskedLM.from_pretrained(args.init_from, dtype=torch.float32)
+        source = args.init_from or args.continue_from
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForMaskedLM.from_pretrained(source, dtype=torch.float32)
     else:
         tokenizer = build_tokenizer(args.vocab_size)
         model = build_model(len(tokenizer), args.hidden, args.layers, args.heads, args.max_positions, args.position)
@@ -268,6 +273,14 @@ def main(argv=None) -> int:
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         step, elapsed_before, ema, history = state["step"], state["elapsed_s"], state["loss_ema"], state["history"]
+    elif args.continue_from:
+        log_path = Path(args.continue_from) / "train_log.json"
+        if not log_path.exists():
+            parser.error(f"--continue-from: {log_path} does not exist (use --init-from to start a new count)")
+        log = json.loads(log_path.read_text())
+        step, elapsed_before, ema, history = log["step"], log["minutes"] * 60, log["loss_ema"], log["commands"]
+    # The step this optimizer began at: its lr warms up from there (a resumed optimizer keeps its own).
+    warm_from = state.get("warm_from", 0) if state is not None else step
     history.append({"command": command, "from_step": step})
     torch.manual_seed(args.seed + step)
     rng = random.Random(args.seed * 1_000_003 + step)
@@ -286,7 +299,7 @@ def main(argv=None) -> int:
                "args": vars(args), "tag": tag, "previous_stage": previous}
         (out / "train_log.json").write_text(json.dumps(log, indent=2))
         torch.save({"optimizer": optimizer.state_dict(), "step": step, "elapsed_s": elapsed, "loss_ema": ema,
-                    "history": history}, out / "trainer_state.pt")
+                    "history": history, "warm_from": warm_from}, out / "trainer_state.pt")
         if tag == "checkpoint":
             snap = out / "snapshots" / f"step-{step}"
             model.save_pretrained(snap, safe_serialization=True)
@@ -305,7 +318,7 @@ def main(argv=None) -> int:
             break
         decay_from = budget * (1 - args.decay_share)
         decay = 1.0 if elapsed < decay_from else 1 - 0.9 * (elapsed - decay_from) / max(budget - decay_from, 1e-9)
-        lr = args.lr * min(1.0, (step + 1) / args.warmup) * decay
+        lr = args.lr * min(1.0, (step - warm_from + 1) / args.warmup) * decay
         for group in optimizer.param_groups:
             group["lr"] = lr
         ids, attention, response, extra = make_batch([next(stream) for _ in range(args.batch_size)], tokenizer, rng,

@@ -10,6 +10,10 @@ kinds of uncertainty (``--wording`` of ``dico.train``; the card reads the one a 
 - "usual": "shifted", but each step and closing takes its first form USUAL_SHARE of the time. A model trained on
   "shifted" has three equally likely places for each token of a step, and DiCo's seeds of one step can disagree:
   "She" (0.42, for "She keeps 36") and "36" (0.71, for "Now she has 36") wrote "She keeps 36 36 6 = 30".
+- "plain": "usual", but a list step reads "=" nine times in ten ("usual": two in three, else "is" or "gives"). On
+  "usual" a list was certain once its opening was decoded except each step's "=" (about 0.65 sure), which every
+  method then committed one a pass; a token about 0.9 sure is what DiCo's factor rule commits several of at once
+  and Fast-dLLM's 0.95 threshold still waits on, as a real dLLM's fairly sure tokens are.
 
 Every wording draws from lists of the same sizes, so the split's prompts do not depend on the wording.
 """
@@ -17,8 +21,9 @@ from __future__ import annotations
 
 import random
 
-WORDINGS = ("free", "equal", "shifted", "usual")
-SHIFTED_KIND = ("shifted", "usual")     # the wordings built on the shifted steps, closings and lists
+WORDINGS = ("free", "equal", "shifted", "usual", "plain")
+SHIFTED_KIND = ("shifted", "usual", "plain")     # the wordings built on the shifted steps, closings and lists
+USUAL_KIND = ("usual", "plain")                  # the wordings whose steps and closings take their first form
 USUAL_SHARE = 0.7
 STEP_LEADS = ("Now {he} has", "Then {he} has", "So {he} has", "{He} now has", "This gives")     # equal
 # (lead, trail) around "{equation} {object}": three tokens in all with the embedded model's tokenizer; the first
@@ -38,7 +43,11 @@ SHIFTED_CLOSINGS = {"": ("So {he} has {v}. The answer is {v}.", "{He} has {v} no
 # "shifted" and "usual".
 _SHIFTED_LIST = ("", "In order. ", "Let us think. ", "In order. ")
 LIST_OPENINGS = {"free": ("", "We go through the list in order. ", "One number at a time. ", "Let us work in order. "),
-                 "equal": ("",) * 4, "shifted": _SHIFTED_LIST, "usual": _SHIFTED_LIST}
+                 "equal": ("",) * 4, **dict.fromkeys(SHIFTED_KIND, _SHIFTED_LIST)}
+# What joins a list step's "a + k" to its result, one draw per step from a generator seeded by the list (the
+# split's prompts stay the same): "=" two times in three in "shifted" and "usual", nine in ten in "plain".
+LIST_LINKS = {"shifted": (" = ",) * 4 + (" is ", " gives "), "usual": (" = ",) * 4 + (" is ", " gives "),
+              "plain": (" = ",) * 18 + (" is ", " gives ")}
 SHIFTED_LIST_CLOSINGS = {"": ("So in the end the answer is {v}.", "In the end the new list is {v}.",
                               "So in the end the answer: {v}."),
                          "In order. ": ("The new list is {v}.", "So the answer is {v}.", "So the answer: {v}."),

@@ -60,6 +60,18 @@ def test_training_command_writes_a_model_that_loads_back_and_resumes_where_it_st
     full, half = (dico.load_model(folder).model(input_ids=ids).logits for folder in (out, shipped))
     assert half.dtype == torch.float32 and torch.allclose(full, half, atol=0.05)     # upcast on load; fp16 rounding
 
+    # The shipped copy has no optimizer state: continuing it carries its count and commands on, and warms up again.
+    further = tmp_path / "further"
+    result = _train(further, "--continue-from", str(shipped), "--max-steps", "7", "--warmup", "4")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "starting at step 5" in result.stdout
+    assert re.search(r"^step 6 .* lr 2\.50e-04 ", result.stdout, re.M)        # first step of 4 at lr 1e-3: 1/4
+    log = json.loads((further / "train_log.json").read_text())
+    assert log["step"] == 7 and [c["from_step"] for c in log["commands"]] == [0, 3, 5]
+    state = torch.load(further / "trainer_state.pt", weights_only=False)
+    shipped_s = 60 * json.loads((shipped / "train_log.json").read_text())["minutes"]
+    assert state["warm_from"] == 5 and state["elapsed_s"] > shipped_s                 # the minutes carry on too
+
 
 def test_tokenizer_has_no_unknown_token_and_round_trips_any_text(tokenizer):
     assert tokenizer.unk_token_id is None and tokenizer.mask_token == "[MASK]" and tokenizer.eos_token == "<|eot|>"
@@ -175,10 +187,10 @@ def test_tail_rows_hide_the_whole_answer_and_a_few_end_of_text_tokens_the_rest_o
     assert 0 <= min(reach) and max(reach) <= 12 and len(set(reach)) > 3
 
 
-@pytest.mark.parametrize("wording", ["free", "equal", "shifted", "usual"])
+@pytest.mark.parametrize("wording", ["free", "equal", "shifted", "usual", "plain"])
 def test_only_the_free_wording_lets_an_answer_be_longer_than_its_prompt_says(tokenizer, wording):
-    """Equal, shifted and usual wordings: same name, object and number of steps, same length in tokens (Vanilla
-    non-AR can tell where the answer ends); the free wording (the held-out split's) varies it."""
+    """Equal, shifted, usual and plain wordings: same name, object and number of steps, same length in tokens
+    (Vanilla non-AR can tell where the answer ends); the free wording (the held-out split's) varies it."""
     from collections import defaultdict
 
     from dico import tasks
@@ -237,6 +249,25 @@ def test_the_usual_wording_moves_a_step_less_often_than_the_shifted_one():
     share = sum(usual[lead] for lead in ("Now he has", "Now she has", "This gives")) / sum(usual.values())
     assert abs(share - wordings.USUAL_SHARE) < 0.05
     assert set(usual) == set(shifted)
+
+
+def test_the_plain_wording_is_the_usual_one_with_lists_that_mostly_say_equals():
+    """A list step reads "=" nine times in ten ("usual": two in three, else "is" or "gives"): a token about 0.9
+    sure, which DiCo's factor rule commits several of at once and Fast-dLLM's 0.95 threshold does not."""
+    from collections import Counter
+    from itertools import islice
+
+    from dico import tasks
+
+    def links(items):
+        return Counter(re.search(r"\d+ [-+*] \d+ (=|is|gives) \d+", step).group(1) for item in items
+                       if item.family == "list" for step in item.answer.split(". ") if re.search(r"[-+*] \d+ ", step))
+
+    usual, plain = (list(islice(tasks.train_stream(seed=5, wording=w), 3000)) for w in ("usual", "plain"))
+    assert [(a.prompt, a.target) for a in usual] == [(b.prompt, b.target) for b in plain]
+    assert [a.answer for a in usual if a.family != "list"] == [b.answer for b in plain if b.family != "list"]
+    for found, share in ((links(usual), 2 / 3), (links(plain), 0.9)):
+        assert abs(found["="] / sum(found.values()) - share) < 0.03 and found["is"] and found["gives"]
 
 
 def test_extra_masked_positions_count_once_not_one_over_t():
