@@ -242,6 +242,7 @@ def main(argv=None) -> int:
     import torch
 
     from dico import tasks
+    from dico.models import train_log
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -274,10 +275,9 @@ def main(argv=None) -> int:
         optimizer.load_state_dict(state["optimizer"])
         step, elapsed_before, ema, history = state["step"], state["elapsed_s"], state["loss_ema"], state["history"]
     elif args.continue_from:
-        log_path = Path(args.continue_from) / "train_log.json"
-        if not log_path.exists():
-            parser.error(f"--continue-from: {log_path} does not exist (use --init-from to start a new count)")
-        log = json.loads(log_path.read_text())
+        log = train_log(args.continue_from)
+        if not log:
+            parser.error(f"--continue-from: {args.continue_from} has no train_log.json (--init-from starts anew)")
         step, elapsed_before, ema, history = log["step"], log["minutes"] * 60, log["loss_ema"], log["commands"]
     # The step this optimizer began at: its lr warms up from there (a resumed optimizer keeps its own).
     warm_from = state.get("warm_from", 0) if state is not None else step
@@ -287,9 +287,7 @@ def main(argv=None) -> int:
     stream = tasks.train_stream(args.seed * 1_000_003 + step, wording=args.wording)
     generator = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
     budget = args.minutes * 60
-    previous = None
-    if args.init_from and (Path(args.init_from) / "train_log.json").exists():
-        previous = json.loads((Path(args.init_from) / "train_log.json").read_text())
+    previous = (train_log(args.init_from) or None) if args.init_from else None
 
     def save(tag: str, elapsed: float):
         model.save_pretrained(out, safe_serialization=True)
