@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dico import tasks
-from dico.bench_tables import (README_MARKERS, README_RESULTS, ROW_FIELDS, THROUGHPUT_FIELDS, markdown,  # noqa: F401
-                               read_results, readme_section, splice_readme, throughput_markdown)
+from dico.bench_tables import markdown, readme_section, splice_readme, throughput_markdown
 from dico.settings import ABLATIONS, METHOD_LABELS, METHODS, MODES, SEMI_AR
 
 # (gen_length, semi-AR block_length): ours, sized to the embedded model's 20-70-token answers (three blocks

@@ -36,7 +36,7 @@ import time
 import torch
 
 from dico import tasks
-from dico.loop import score
+from dico.sampling import score
 
 GEN_LENGTH = 96
 

@@ -24,7 +24,7 @@ import torch
 from dico.models import MaskPredictor
 from dico.methods import make_rule
 from dico.rules import Choice, Scores, plan
-from dico.sampling import Sampler, score  # noqa: F401  (score: greedy scoring, re-exported for callers)
+from dico.sampling import Sampler
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, MAX_PROMPT_CHARS, METHODS, MODES, NON_AR, \
     SEMI_AR, Settings
 from dico.trace import STAGES, AttentionStages, Step, Trace

@@ -65,7 +65,7 @@ class MaskPredictor:
     @torch.no_grad()
     def forward(self, ids: torch.Tensor, attentions: bool = False, attention_mask: torch.Tensor | None = None):
         """Logits (b, l, v) aligned to positions, in the model's dtype and on its device; with ``attentions``,
-        the per-layer maps too. Scoring reduces them where they are (``dico.loop.score``).
+        the per-layer maps too. Scoring reduces them where they are (``dico.sampling.score``).
 
         ``attention_mask`` (b, l; 1 = real token) lets a batch pad its rows on the right: positions keep
         their ids, so each row's logits are those of its own sequence alone (``dico.batch``)."""

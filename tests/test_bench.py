@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dico.bench import ROW_FIELDS, read_results, wilson
+from dico.bench import wilson
+from dico.bench_tables import ROW_FIELDS, read_results
 from dico.settings import METHOD_LABELS, METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +62,7 @@ def test_bench_refuses_bad_requests_with_a_message(args):
 
 
 def test_readme_shows_exactly_the_shipped_benchmark_tables_and_their_commands():
-    from dico.bench import README_MARKERS, readme_section, splice_readme
+    from dico.bench_tables import README_MARKERS, readme_section, splice_readme
 
     readme = (ROOT / "README.md").read_text()
     section = readme_section(ROOT / "assets" / "bench")

@@ -207,7 +207,7 @@ def test_the_mask_token_is_never_predicted_even_when_the_model_favours_it(make):
 # ============================================================================ the tests' own stand-ins
 
 def test_the_scripted_predictor_gives_the_loop_exactly_the_scripted_conf_pred_and_margin():
-    from dico.loop import score
+    from dico.sampling import score
 
     nan = float("nan")
     row = Row(conf=[0.3, 0.7, 0.99, 0.5], pred=[11, 12, 13, 14], margin=[nan, 1.0, 5.0, 3.0])
