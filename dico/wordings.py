@@ -39,15 +39,15 @@ SHIFTED_CLOSINGS = {"": ("So {he} has {v}. The answer is {v}.", "{He} has {v} no
                          "So {he} has {v}. Final answer: {v}."),
                     "Let us think. ": ("So the answer is {v}.", "So the answer: {v}.", "So the answer is {v}."),
                     **dict.fromkeys(("Let us solve it. ", "Step by step. "), CLOSINGS)}
-# A list's opening per wording, lists of one size (the same draws, so the same split); lists read alike in
-# "shifted" and "usual".
+# A list's opening per wording, lists of one size (the same draws, so the same split); lists open alike in
+# "shifted", "usual" and "plain".
 _SHIFTED_LIST = ("", "In order. ", "Let us think. ", "In order. ")
 LIST_OPENINGS = {"free": ("", "We go through the list in order. ", "One number at a time. ", "Let us work in order. "),
                  "equal": ("",) * 4, **dict.fromkeys(SHIFTED_KIND, _SHIFTED_LIST)}
 # What joins a list step's "a + k" to its result, one draw per step from a generator seeded by the list (the
 # split's prompts stay the same): "=" two times in three in "shifted" and "usual", nine in ten in "plain".
-LIST_LINKS = {"shifted": (" = ",) * 4 + (" is ", " gives "), "usual": (" = ",) * 4 + (" is ", " gives "),
-              "plain": (" = ",) * 18 + (" is ", " gives ")}
+_TWO_IN_THREE = (" = ",) * 4 + (" is ", " gives ")
+LIST_LINKS = {"shifted": _TWO_IN_THREE, "usual": _TWO_IN_THREE, "plain": (" = ",) * 18 + (" is ", " gives ")}
 SHIFTED_LIST_CLOSINGS = {"": ("So in the end the answer is {v}.", "In the end the new list is {v}.",
                               "So in the end the answer: {v}."),
                          "In order. ": ("The new list is {v}.", "So the answer is {v}.", "So the answer: {v}."),
