@@ -286,7 +286,7 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
     is_local = path.exists()
     if name == str(EMBEDDED) and not (path / "config.json").exists():
         raise ModelError(f"model: the embedded model is missing at {EMBEDDED}; train it with "
-                         "`python -m dico.train --out assets/dico-tiny` (see assets/dico-tiny/README.md)")
+                         "`python -m dico.embedded.train --out assets/dico-tiny` (see assets/dico-tiny/README.md)")
     if not is_local and (name.startswith((".", "/", "~")) or name.count("/") != 1):
         raise ModelError(f"model: {name!r} is neither an existing folder nor a hub id like 'owner/name'")
     label = EMBEDDED_NAME if name == str(EMBEDDED) else name

@@ -54,7 +54,7 @@ def setting_control(group: str, spec):
 
 def benchmark_view(path: Path = BENCH_TABLE) -> tuple:
     """The shipped benchmark (``python -m dico.bench``) as a figure and its table; a notice if it is missing."""
-    from dico.bench_tables import markdown, read_results
+    from dico.bench.tables import markdown, read_results
     try:
         rows, run = read_results(path)
     except (OSError, ValueError) as exc:

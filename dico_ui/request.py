@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from dico import scope
+from dico.embedded import scope
 from dico.loop import check_inputs, check_request
 from dico.models import EMBEDDED_NAME, MaskPredictor
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, NON_AR, SEMI_AR, SETTINGS, own_specs, \

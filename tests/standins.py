@@ -5,8 +5,8 @@
 - ``RandomLM``: seeded random logits whose sharpness depends on how much is decoded (property tests).
 - ``MarkerLM``: LLaDA- / Dream-sized vocabularies (126400 / 151700) whose raw ``logits[i]`` peak on token
   ``marker + i``, to check how ``MaskPredictor`` aligns them (Dream's shift by one, LLaDA in place).
-- ``tiny_model_folder(path)``: a real, tiny ``BertForMaskedLM`` + ``dico.tokenizer.build_tokenizer`` saved like a
-  hub model, for ``load_model`` and the command line.
+- ``tiny_model_folder(path)``: a real, tiny ``BertForMaskedLM`` + ``dico.embedded.tokenizer.build_tokenizer`` saved
+  like a hub model, for ``load_model`` and the command line.
 - ``scores``, ``rule``, ``run``, ``phases``: a rule's input by hand, a rule by its settings, a scripted decode
   (every forward pass must become a step) and its phases, for the rule tests.
 - ``remote_model_folder(path, kind)``: a LLaDA- or Dream-shaped model folder with its own code
@@ -278,8 +278,8 @@ TINY_TEXTS = ["Tom has 5 apples . He buys 3 more . How many apples does Tom have
 
 def tiny_model_folder(path: Path, max_positions: int = 64, seed: int = 0) -> Path:
     """Save a 2-layer ``BertForMaskedLM`` (hidden 32) with a ``build_tokenizer`` tokenizer under ``path``."""
-    from dico.tokenizer import build_tokenizer
-    from dico.train import build_model
+    from dico.embedded.tokenizer import build_tokenizer
+    from dico.embedded.train import build_model
 
     torch.manual_seed(seed)
     tokenizer = build_tokenizer(vocab_size=300, max_number=20)

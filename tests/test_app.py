@@ -8,7 +8,7 @@ import pytest
 
 import dico
 from dico.settings import METHODS, SETTINGS, DiCoSettings, specs
-from dico.scope import task_shape
+from dico.embedded.scope import task_shape
 
 gr = pytest.importorskip("gradio")
 
@@ -215,7 +215,7 @@ def test_prompts_outside_the_tasks_get_a_banner_not_praise(app_module, predictor
     *_, last = run(prompt=OUTSIDE, gen_length=16)
     result = dict(zip(h.RESULTS, last))
     assert 'class="banner"' in result["answers"] and "outside" in result["status"]
-    assert "no word problem" in result["status"]                 # says why (dico.scope.outside)
+    assert "no word problem" in result["status"]                 # says why (dico.embedded.scope.outside)
     assert "fewer forward passes" not in result["status"]
     assert task_shape(WORD) == "word" and task_shape(LIST) == "list" and task_shape(OUTSIDE) is None
     for example in EXAMPLES:

@@ -2,7 +2,7 @@
 import pytest
 
 import dico
-from dico import tasks
+from dico.embedded import tasks
 from dico.batch import decode_batch, generate_batch
 from dico.settings import METHODS, MODES
 

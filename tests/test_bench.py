@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dico.bench import wilson
-from dico.bench_tables import ROW_FIELDS, read_results
+from dico.bench.benchmark import wilson
+from dico.bench.tables import ROW_FIELDS, read_results
 from dico.settings import METHOD_LABELS, METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +62,7 @@ def test_bench_refuses_bad_requests_with_a_message(args):
 
 
 def test_readme_shows_exactly_the_shipped_benchmark_tables_and_their_commands():
-    from dico.bench_tables import README_MARKERS, readme_section, splice_readme
+    from dico.bench.tables import README_MARKERS, readme_section, splice_readme
 
     readme = (ROOT / "README.md").read_text()
     section = readme_section(ROOT / "assets" / "bench")
@@ -77,7 +77,7 @@ def test_a_table_names_the_training_step_of_the_weights_it_measured(tmp_path):
     """The embedded model is retrained under one name: each table says which weights made it."""
     import json
 
-    from dico.bench import training_step
+    from dico.bench.benchmark import training_step
 
     assert training_step(None) == json.loads((ROOT / "assets" / "dico-tiny" / "train_log.json").read_text())["step"]
     assert training_step(str(tmp_path)) is None                       # a hub id or a folder without a train log

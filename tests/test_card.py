@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import dico
-from dico import card, tasks
+from dico.embedded import card, tasks
 
 
 class Oracle(nn.Module):
@@ -24,7 +24,7 @@ class Oracle(nn.Module):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from dico.tokenizer import build_tokenizer
+    from dico.embedded.tokenizer import build_tokenizer
     return build_tokenizer()
 
 

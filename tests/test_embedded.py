@@ -3,8 +3,8 @@
 import pytest
 
 import dico
-from dico import tasks
-from dico.card import ISSUE_PROMPTS
+from dico.embedded import tasks
+from dico.embedded.card import ISSUE_PROMPTS
 from dico.models import EMBEDDED
 
 

@@ -13,8 +13,9 @@ import pytest
 pytest.importorskip("lm_eval")
 pytest.importorskip("accelerate")
 
-from dico import bench, tasks                       # noqa: E402
-from dico.eval import OWN_TASKS, TASKS_DIR, DiCoLM, main  # noqa: E402
+from dico.bench import benchmark                    # noqa: E402
+from dico.bench.eval import OWN_TASKS, TASKS_DIR, DiCoLM, main  # noqa: E402
+from dico.embedded import tasks                     # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT, GEN = 4, 48
@@ -23,7 +24,7 @@ ARGS = ["--model", "assets/dico-tiny", "--method", "dico", "--tasks", "dico_word
 
 
 def evaluate(tmp_path, monkeypatch, capsys, *extra) -> tuple[float, dict, str]:
-    """Run ``python -m dico.eval`` in this process; its accuracy, its answers by item, and what it printed."""
+    """Run ``python -m dico.bench.eval`` in this process; its accuracy, its answers by item, and what it printed."""
     import lm_eval.tasks
 
     monkeypatch.setattr(sys, "argv", list(sys.argv))
@@ -42,13 +43,13 @@ def test_task_data_is_the_benchmarks_held_out_split_in_order():
     for family in tasks.FAMILIES:
         lines = (TASKS_DIR / f"{family}.jsonl").read_text().splitlines()
         assert [json.loads(line) for line in lines] == [json.loads(json.dumps(asdict(item))) for item in tasks.make_split(family)], \
-            "stale task data: run python -m dico.eval --write-task-data"
+            "stale task data: run python -m dico.bench.eval --write-task-data"
         assert (TASKS_DIR / f"dico_{family}.yaml").exists()
     assert OWN_TASKS == {f"dico_{family}" for family in tasks.FAMILIES}
 
 
 def test_answers_are_scored_by_the_projects_checker():
-    from dico.lm_eval_tasks.utils import process_results
+    from dico.bench.lm_eval_tasks.utils import process_results
 
     item = tasks.make_split("list", "test", 1)[0]
     assert process_results(asdict(item), [item.answer]) == {"exact_match": 1.0}
@@ -62,7 +63,7 @@ def test_batch_sizes_agree_with_each_other_and_with_the_benchmark(tmp_path, monk
     assert (batched, answers) == (alone, answers_alone) and len(answers) == LIMIT
     from dico.models import load_model
 
-    rows = bench.run(load_model(attention=False), [("DiCo", "dico", {})], ("word",), ("non-ar",), LIMIT,
+    rows = benchmark.run(load_model(attention=False), [("DiCo", "dico", {})], ("word",), ("non-ar",), LIMIT,
                      ((GEN, GEN),), batch_size=4, progress=False)
     assert [r["accuracy"] for r in rows if r["method"] == "dico"] == [batched]
 
@@ -77,8 +78,8 @@ def test_two_processes_share_the_requests_and_match_one(tmp_path, monkeypatch, c
     finally:
         torch.set_num_threads(threads)
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "dico.eval", *ARGS,
-              "--batch-size", "2", "--output-path", str(tmp_path / "two")]
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "dico.bench.eval",
+              *ARGS, "--batch-size", "2", "--output-path", str(tmp_path / "two")]
     result = subprocess.run(launch, cwd=ROOT, capture_output=True, text=True, timeout=240,
                             env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
                                  "HF_DATASETS_OFFLINE": "1"})

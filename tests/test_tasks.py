@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from dico import scope, tasks, wordings
-from dico.card import ISSUE_PROMPTS
+from dico.embedded import scope, tasks, wordings
+from dico.embedded.card import ISSUE_PROMPTS
 
 
 @pytest.mark.parametrize("family", tasks.FAMILIES)

@@ -14,13 +14,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from dico.tokenizer import build_tokenizer
+    from dico.embedded.tokenizer import build_tokenizer
     return build_tokenizer()
 
 
 def _train(out, *extra):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "dico.train", "--out", str(out), "--batch-size", "4", "--hidden", "32",
+    return subprocess.run([sys.executable, "-m", "dico.embedded.train", "--out", str(out), "--batch-size", "4", "--hidden", "32",
                            "--layers", "1", "--heads", "2", "--max-gen", "64", "--threads", "1", "--log-every", "1",
                            *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
 
@@ -32,7 +32,7 @@ def test_training_command_writes_a_model_that_loads_back_and_resumes_where_it_st
     for name in ("config.json", "model.safetensors", "tokenizer.json", "train_log.json", "trainer_state.pt"):
         assert (out / name).exists(), name
     log = json.loads((out / "train_log.json").read_text())
-    assert log["step"] == 3 and log["command"].startswith("python -m dico.train")
+    assert log["step"] == 3 and log["command"].startswith("python -m dico.embedded.train")
 
     import dico
     predictor = dico.load_model(out)
@@ -101,7 +101,7 @@ def test_tokenizer_saves_and_loads_offline_like_a_hub_tokenizer(tokenizer, tmp_p
 
 
 def test_held_out_names_split_into_pieces_that_training_words_use_too(tokenizer):
-    from dico import tasks
+    from dico.embedded import tasks
 
     def pieces(words):
         return {t for w in words for t in tokenizer(w, add_special_tokens=False)["input_ids"]}
@@ -117,7 +117,7 @@ def test_held_out_names_split_into_pieces_that_training_words_use_too(tokenizer)
 
 
 def test_diffusion_loss_is_zero_where_nothing_is_masked_and_weights_by_one_over_t():
-    from dico.train import diffusion_loss
+    from dico.embedded.train import diffusion_loss
 
     class Perfect(torch.nn.Module):
         def forward(self, input_ids, attention_mask=None):
@@ -134,7 +134,7 @@ def test_diffusion_loss_is_zero_where_nothing_is_masked_and_weights_by_one_over_
 def test_occurrence_positions_hide_one_number_or_mention_and_all_its_later_mentions():
     import random
 
-    from dico.train import occurrence_positions
+    from dico.embedded.train import occurrence_positions
 
     # answer: 7 3 7 8 7 ; numbers are 7 and 3 (id 8 is a word); one entity with mentions at [1, 2] and [4]
     answer = [7, 3, 7, 8, 7]
@@ -152,9 +152,9 @@ def test_occurrence_positions_hide_one_number_or_mention_and_all_its_later_menti
 def test_make_batch_masks_extra_positions_only_inside_the_answer(tokenizer):
     import random
 
-    from dico import tasks
-    from dico.tokenizer import token_tables
-    from dico.train import make_batch
+    from dico.embedded import tasks
+    from dico.embedded.tokenizer import token_tables
+    from dico.embedded.train import make_batch
 
     items = tasks.make_split("word", size=8)
     number, _ = token_tables(tokenizer)
@@ -167,9 +167,9 @@ def test_tail_rows_hide_the_whole_answer_and_a_few_end_of_text_tokens_the_rest_o
     """The state Vanilla non-AR decodes from: only the end-of-text tail past some point is known."""
     import random
 
-    from dico import tasks
-    from dico.tokenizer import token_tables
-    from dico.train import make_batch
+    from dico.embedded import tasks
+    from dico.embedded.tokenizer import token_tables
+    from dico.embedded.train import make_batch
 
     items = tasks.make_split("word", size=16)
     number, _ = token_tables(tokenizer)
@@ -193,7 +193,7 @@ def test_only_the_free_wording_lets_an_answer_be_longer_than_its_prompt_says(tok
     (Vanilla non-AR can tell where the answer ends); the free wording (the held-out split's) varies it."""
     from collections import defaultdict
 
-    from dico import tasks
+    from dico.embedded import tasks
 
     stream = tasks.train_stream(seed=3, wording=wording)
     lengths, wordings = defaultdict(set), defaultdict(set)
@@ -212,7 +212,7 @@ def test_the_shifted_wording_moves_the_equations_inside_an_answer_of_fixed_lengt
     opening, 1 to 3 of lead): a model trained on it stays unsure of positions, not of the length."""
     from collections import defaultdict
 
-    from dico import tasks
+    from dico.embedded import tasks
 
     equals = tokenizer.convert_tokens_to_ids("\u0120=")
     stream = tasks.train_stream(seed=5, wording="shifted")
@@ -233,7 +233,7 @@ def test_the_usual_wording_moves_a_step_less_often_than_the_shifted_one():
     each other one rarely: one likely place per token of a step, and the others still seen."""
     from collections import Counter
 
-    from dico import tasks, wordings
+    from dico.embedded import tasks, wordings
 
     def leads(wording):
         stream, found = tasks.train_stream(seed=5, wording=wording), Counter()
@@ -257,7 +257,7 @@ def test_the_plain_wording_is_the_usual_one_with_lists_that_mostly_say_equals():
     from collections import Counter
     from itertools import islice
 
-    from dico import tasks
+    from dico.embedded import tasks
 
     def links(items):
         return Counter(re.search(r"\d+ [-+*] \d+ (=|is|gives) \d+", step).group(1) for item in items
@@ -271,7 +271,7 @@ def test_the_plain_wording_is_the_usual_one_with_lists_that_mostly_say_equals():
 
 
 def test_extra_masked_positions_count_once_not_one_over_t():
-    from dico.train import diffusion_loss
+    from dico.embedded.train import diffusion_loss
 
     class Uniform(torch.nn.Module):
         def forward(self, input_ids, attention_mask=None):

@@ -20,8 +20,9 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from dico.wordings import (CLOSINGS, LIST_LINKS, LIST_OPENINGS, SHIFTED_CLOSINGS, SHIFTED_KIND, SHIFTED_LIST_CLOSINGS,
-                           SHIFTED_STEPS, STEP_LEADS, USUAL_KIND, check_wording, usual_pick)
+from dico.embedded.wordings import (CLOSINGS, LIST_LINKS, LIST_OPENINGS, SHIFTED_CLOSINGS, SHIFTED_KIND,
+                                    SHIFTED_LIST_CLOSINGS, SHIFTED_STEPS, STEP_LEADS, USUAL_KIND, check_wording,
+                                    usual_pick)
 
 FAMILIES = ("word", "list")
 TEST_SIZE = 500
@@ -31,7 +32,7 @@ _TEST_SEED = {"word": 9_001, "list": 9_002}
 # objects and places: written for this project). A fixed fifth of each list (by a hash of the word) is held out:
 # never in training, used by half of the held-out word problems, so the card can measure copying of words the
 # model has never seen (issue 16). The words of the original 20-name, 14-object data stay in training.
-WORDLISTS = Path(__file__).resolve().parent.parent / "assets" / "wordlists"
+WORDLISTS = Path(__file__).resolve().parents[2] / "assets" / "wordlists"
 
 
 def _load(name: str) -> list[str]:
@@ -86,10 +87,10 @@ def _pick(rng: random.Random, options):
 
 # ----------------------------------------------------------------------------- word problems
 
-# The ranges the generators draw from, also what ``dico.scope.outside`` tells a visitor was trained.
+# The ranges the generators draw from, also what ``dico.embedded.scope.outside`` tells a visitor was trained.
 WORD_START = (2, 60)        # a word problem's first number
 LIST_ITEMS = (3, 6)         # numbers in a list
-# Every number up to this is one token of the embedded model's tokenizer (dico.tokenizer); past it, pieces.
+# Every number up to this is one token of the embedded model's tokenizer (dico.embedded.tokenizer); past it, pieces.
 MAX_NUMBER = 200
 
 
@@ -101,7 +102,7 @@ def _start_value(rng: random.Random) -> int:
 def _word_item(rng: random.Random, held_out: bool = False, invented: bool = False, train: bool = False,
                wording: str = "free") -> Item:
     """One word problem and its worked answer; ``train`` adds wordings the held-out split never shows; ``wording``
-    is the answer's (see dico.wordings)."""
+    is the answer's (see dico.embedded.wordings)."""
     male = rng.random() < 0.5
     names = (HELD_OUT_MALE if male else HELD_OUT_FEMALE) if held_out else (MALE if male else FEMALE)
     name = _pick(rng, names)
@@ -262,7 +263,7 @@ def _list_item(rng: random.Random, top: int = 20, step_top: int = 9, wording: st
     out = ", ".join(map(str, result))
     if wording == "equal":
         closing = _pick(rng, CLOSINGS).format(v=out)
-    elif wording in SHIFTED_KIND:   # "=" or "is" or "gives" (dico.wordings.LIST_LINKS; seeded: same split)
+    elif wording in SHIFTED_KIND:   # "=" or "is" or "gives" (dico.embedded.wordings.LIST_LINKS; seeded: same split)
         style = random.Random(f"{listed}|{op}|{k}")
         steps = [step.replace(" = ", _pick(style, LIST_LINKS[wording])) for step in steps]
         closing = _pick(rng, SHIFTED_LIST_CLOSINGS[opening]).format(v=out)
@@ -335,7 +336,7 @@ DRILL_TOP, DRILL_STEP, DRILL_SHARE = 100, 20, 1 / 2
 
 def train_stream(seed: int, families=FAMILIES, copy_drills: bool = True, wording: str = "free"):
     """An endless, seeded stream of training items that never repeats a held-out prompt nor uses a held-out word,
-    its answers in ``wording`` (see dico.wordings)."""
+    its answers in ``wording`` (see dico.embedded.wordings)."""
     check_wording(wording)
     held_out = {item.prompt for family in families for item in make_split(family)}
     rng = random.Random(seed)

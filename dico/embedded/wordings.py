@@ -1,5 +1,5 @@
 """The worked answers' wordings: the same held-out prompts answered in phrasings that teach a model different
-kinds of uncertainty (``--wording`` of ``dico.train``; the card reads the one a model was trained in).
+kinds of uncertainty (``--wording`` of ``dico.embedded.train``; the card reads the one a model was trained in).
 
 - "free" (the held-out split's): openings, summaries and leads of 0 to 6 tokens, so the length varies by up to a
   step, and Vanilla non-AR, which commits end-of-text from the right, writes answers a step or two short.

@@ -5,7 +5,7 @@ import json
 import random
 import re
 
-from dico.tasks import MAX_NUMBER
+from dico.embedded.tasks import MAX_NUMBER
 
 # No unknown token (issue 16): byte-level BPE encodes any text, so a name never seen in training is copied piece by piece.
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "<|eot|>"]
@@ -19,7 +19,7 @@ def tokenizer_corpus(seed: int = 1, items: int = 3000):
     Names and objects are left out of the task text on purpose: counted thousands of times they would become
     single tokens while held-out ones stay in pieces; counted once each, training and held-out words split
     alike, and the pieces of a held-out word are pieces the model trains on."""
-    from dico import tasks
+    from dico.embedded import tasks
 
     rng = random.Random(seed)
     for _ in range(items):

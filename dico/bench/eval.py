@@ -1,15 +1,15 @@
 """lm-eval-harness with the project's decoders: a model named ``dico`` and offline tasks for the embedded model.
 
-    python -m dico.eval --model assets/dico-tiny --method dico --tasks dico_word --limit 16 --batch-size 8
-    python -m dico.eval --model GSAI-ML/LLaDA-8B-Instruct --method dico --mode semi-ar --gen-length 256 \\
+    python -m dico.bench.eval --model assets/dico-tiny --method dico --tasks dico_word --limit 16 --batch-size 8
+    python -m dico.bench.eval --model GSAI-ML/LLaDA-8B-Instruct --method dico --mode semi-ar --gen-length 256 \\
         --block-length 32 --tasks gsm8k
-    python -m dico.eval --method fast --settings threshold=0.9 --tasks dico_list --batch-size 8
-    accelerate launch -m dico.eval ...       # data-parallel: each process decodes its share, results are gathered
-    accelerate launch --multi_gpu --num_processes 2 -m dico.eval ...    # the same with two CPU processes (gloo)
+    python -m dico.bench.eval --method fast --settings threshold=0.9 --tasks dico_list --batch-size 8
+    accelerate launch -m dico.bench.eval ...       # data-parallel: each process decodes its share, results are gathered
+    accelerate launch --multi_gpu --num_processes 2 -m dico.bench.eval ...    # the same with two CPU processes (gloo)
 
 The paper, LLaDA and Fast-dLLM all report through lm-eval, so results here compare with theirs. Tasks
-``dico_word`` and ``dico_list`` (``dico/lm_eval_tasks``) hold the held-out items as local JSONL, scored with
-``dico.tasks.check``: ``--limit N`` scores exactly the benchmark's first N items. Any other task (gsm8k,
+``dico_word`` and ``dico_list`` (``dico/bench/lm_eval_tasks``) hold the held-out items as local JSONL, scored with
+``dico.embedded.tasks.check``: ``--limit N`` scores exactly the benchmark's first N items. Any other task (gsm8k,
 humaneval, mbpp, minerva_math) and any lm-eval option not listed here (--num_fewshot, --log_samples, ...)
 pass straight through to lm-eval. Needs the eval extra: ``pip install -r requirements-eval.txt``.
 """
@@ -24,7 +24,7 @@ try:
     from lm_eval.api.model import LM
     from lm_eval.api.registry import register_model
 except ImportError as exc:          # the base install has no lm-eval: say how to get it
-    raise ImportError("dico.eval needs lm-eval-harness: pip install -r requirements-eval.txt") from exc
+    raise ImportError("dico.bench.eval needs lm-eval-harness: pip install -r requirements-eval.txt") from exc
 
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, MODES, NON_AR, SEMI_AR, settings_for
 
@@ -143,10 +143,11 @@ def _batch_size(value, most) -> int:
 
 
 def write_task_data(folder: Path = TASKS_DIR) -> None:
-    """The JSONL files of the dico_* tasks from ``dico.tasks.make_split``: the benchmark's held-out items, in order."""
+    """The JSONL files of the dico_* tasks from ``dico.embedded.tasks.make_split``: the benchmark's held-out items,
+    in order."""
     from dataclasses import asdict
 
-    from dico import tasks
+    from dico.embedded import tasks
 
     for family in tasks.FAMILIES:
         lines = [json.dumps(asdict(item), ensure_ascii=False) for item in tasks.make_split(family, "test")]
@@ -190,7 +191,7 @@ def lm_eval_argv(args, rest: list[str]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dico.eval", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m dico.bench.eval", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--model", default="dico-tiny", help="hub id or folder (default: the embedded model)")

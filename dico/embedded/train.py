@@ -1,6 +1,6 @@
 """Train the embedded dLLM: a small BERT-style masked LM with the LLaDA / MDLM objective.
 
-    python -m dico.train --out assets/dico-tiny --minutes 75
+    python -m dico.embedded.train --out assets/dico-tiny --minutes 75
 
 Objective (LLaDA eq. 3): draw t ~ U(eps, 1) per example, mask every response token (answer and its
 end-of-text padding) with probability t, never the prompt; cross-entropy on the masked tokens
@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from dico.tokenizer import SPECIALS, build_tokenizer, entity_spans, token_tables
-from dico.wordings import WORDINGS
+from dico.embedded.tokenizer import SPECIALS, build_tokenizer, entity_spans, token_tables
+from dico.embedded.wordings import WORDINGS
 
 MAX_PROMPT_TOKENS = 96
 
@@ -178,7 +178,7 @@ def export(run: Path, out: Path) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dico.train", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dico.embedded.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder to write the model, tokenizer, train log and "
                                                      "trainer_state.pt (what --resume reads)")
     parser.add_argument("--minutes", type=float, default=75.0,
@@ -203,7 +203,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-gen", type=int, default=256, help="longest response region drawn in training")
     parser.add_argument("--long-share", type=float, default=0.15, help="share of batches padded up to --max-gen")
     parser.add_argument("--wording", choices=WORDINGS, default="free",
-                        help="the worked answers' wording (dico.wordings): 'free' varies their length, 'equal' "
+                        help="the worked answers' wording (dico.embedded.wordings): 'free' varies their length, 'equal' "
                              "does not, 'shifted' does not but moves the positions inside the answer, 'usual' "
                              "moves them less often, 'plain' is 'usual' with lists that mostly say '='")
     parser.add_argument("--tail-share", type=float, default=0.0,
@@ -241,13 +241,13 @@ def main(argv=None) -> int:
 
     import torch
 
-    from dico import tasks
+    from dico.embedded import tasks
     from dico.models import train_log
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = "python -m dico.train " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m dico.embedded.train " + " ".join(argv if argv is not None else sys.argv[1:])
     state = None
     if args.resume:
         if not (out / "trainer_state.pt").exists():

@@ -1,8 +1,9 @@
 """Measurements for the embedded model's card: capability, confidence profile, load and forward time.
 
-    python -m dico.card [--model assets/dico-tiny] [--items 500] [--profile-items 200] [--decode-items 200] [--json PATH]
-    python -m dico.card --curve runs/NAME --items 100      # every checkpoint snapshot of a run: curve.json, curve.md
-    python -m dico.card --by-operation --model M --items 150   # computed results by operation and number size
+    python -m dico.embedded.card [--model assets/dico-tiny] [--items 500] [--profile-items 200] [--decode-items 200] \
+        [--json PATH]
+    python -m dico.embedded.card --curve runs/NAME --items 100   # every checkpoint snapshot of a run: curve.json, .md
+    python -m dico.embedded.card --by-operation --model M --items 150   # computed results by operation and number size
 
 - Masked alone: each number (or, for word problems, each mention of the name and the object, every BPE piece
   of it) of the worked answer masked on its own with everything else given: does the model copy and compute it?
@@ -23,7 +24,7 @@
   A real LLM is unsure in free wording and sure of the tail; a model sure of everything teaches nothing.
 
 Every measure reads the held-out prompts with worked answers in the wording the model was trained in (its
-train_log.json, ``dico.wordings``; "free" when it does not say): the prompts are the same in every wording,
+train_log.json, ``dico.embedded.wordings``; "free" when it does not say): the prompts are the same in every wording,
 and a probe of answers worded otherwise would measure the wording, and put the profile's end in the wrong place.
 """
 from __future__ import annotations
@@ -35,7 +36,7 @@ import time
 
 import torch
 
-from dico import tasks
+from dico.embedded import tasks
 from dico.sampling import score
 
 GEN_LENGTH = 96
@@ -78,7 +79,7 @@ NUMBER = re.compile(r"\d+")
 
 def _mentions(predictor, item) -> list[list[list[int]]]:
     """Per entity of the item (name, object), the answer-token index lists of its mentions."""
-    from dico.tokenizer import entity_spans
+    from dico.embedded.tokenizer import entity_spans
 
     return entity_spans(predictor.tokenizer, item.answer, item.entities)
 
@@ -216,7 +217,7 @@ def issue_prompts(predictor, gen_length=GEN_LENGTH, block_length=32) -> list[dic
 
 
 def trained_wording(model) -> str:
-    """The wording a model's worked answers were trained in (dico.wordings; "free" for logs from before
+    """The wording a model's worked answers were trained in (dico.embedded.wordings; "free" for logs from before
     the choice existed, and for models trained elsewhere)."""
     from dico.models import train_log
     return train_log(model).get("args", {}).get("wording", "free")
@@ -315,7 +316,7 @@ def curve(run: str, items: int, prompts: bool = False, decode_items: int = 0, on
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dico.card", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dico.embedded.card", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None)
     parser.add_argument("--items", type=int, default=500)
     parser.add_argument("--profile-items", type=int, default=200,

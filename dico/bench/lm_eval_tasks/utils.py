@@ -1,5 +1,6 @@
 """Helpers of the dico_word / dico_list lm-eval tasks: the held-out items shipped beside this file, scored
-with the project's own checker (``dico.tasks.check``), so a run needs no hub and scores as the benchmark does."""
+with the project's own checker (``dico.embedded.tasks.check``), so a run needs no hub and scores as the benchmark
+does."""
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -21,7 +22,7 @@ def load_list(**_):
 
 
 def process_results(doc: dict, results: list[str]) -> dict:
-    from dico.tasks import Item, check
+    from dico.embedded.tasks import Item, check
 
     item = Item(family=doc["family"], prompt=doc["prompt"], answer=doc["answer"], target=doc["target"])
     return {"exact_match": float(check(item, results[0]))}

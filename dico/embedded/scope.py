@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from dico.tasks import DRILL_STEP, DRILL_TOP, LIST_ITEMS, MAX_NUMBER, WORD_START
+from dico.embedded.tasks import DRILL_STEP, DRILL_TOP, LIST_ITEMS, MAX_NUMBER, WORD_START
 
 _HOW_MANY = re.compile(r"\bhow many\b", re.IGNORECASE)
 _LIST_OP = re.compile(r"\b(add|increase|subtract|take|smaller|double|twice|multiply)\b", re.IGNORECASE)

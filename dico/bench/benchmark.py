@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dico import tasks
-from dico.bench_tables import markdown, readme_section, splice_readme, throughput_markdown
+from dico.bench.tables import markdown, readme_section, splice_readme, throughput_markdown
+from dico.embedded import tasks
 from dico.settings import ABLATIONS, METHOD_LABELS, METHODS, MODES, SEMI_AR
 
 # (gen_length, semi-AR block_length): ours, sized to the embedded model's 20-70-token answers (three blocks
@@ -250,7 +250,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.what == ["readme"]:
-        root = Path(__file__).resolve().parent.parent
+        root = Path(__file__).resolve().parents[2]
         readme = root / "README.md"
         readme.write_text(splice_readme(readme.read_text(), readme_section(root / "assets" / "bench")))
         print(f"wrote the benchmark block of {readme} from assets/bench")
