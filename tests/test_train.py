@@ -20,8 +20,8 @@ def tokenizer():
 
 def _train(out, *extra):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "dico.embedded.train", "--out", str(out), "--batch-size", "4", "--hidden", "32",
-                           "--layers", "1", "--heads", "2", "--max-gen", "64", "--threads", "1", "--log-every", "1",
+    return subprocess.run([sys.executable, "-m", "dico.embedded.train", "--out", str(out), "--batch-size", "4",
+                           "--hidden", "32", "--layers", "1", "--heads", "2", "--max-gen", "64", "--threads", "1", "--log-every", "1",
                            *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
 
 
@@ -117,7 +117,7 @@ def test_held_out_names_split_into_pieces_that_training_words_use_too(tokenizer)
 
 
 def test_diffusion_loss_is_zero_where_nothing_is_masked_and_weights_by_one_over_t():
-    from dico.embedded.train import diffusion_loss
+    from dico.embedded.objective import diffusion_loss
 
     class Perfect(torch.nn.Module):
         def forward(self, input_ids, attention_mask=None):
@@ -134,7 +134,7 @@ def test_diffusion_loss_is_zero_where_nothing_is_masked_and_weights_by_one_over_
 def test_occurrence_positions_hide_one_number_or_mention_and_all_its_later_mentions():
     import random
 
-    from dico.embedded.train import occurrence_positions
+    from dico.embedded.objective import occurrence_positions
 
     # answer: 7 3 7 8 7 ; numbers are 7 and 3 (id 8 is a word); one entity with mentions at [1, 2] and [4]
     answer = [7, 3, 7, 8, 7]
@@ -153,8 +153,8 @@ def test_make_batch_masks_extra_positions_only_inside_the_answer(tokenizer):
     import random
 
     from dico.embedded import tasks
+    from dico.embedded.objective import make_batch
     from dico.embedded.tokenizer import token_tables
-    from dico.embedded.train import make_batch
 
     items = tasks.make_split("word", size=8)
     number, _ = token_tables(tokenizer)
@@ -168,8 +168,8 @@ def test_tail_rows_hide_the_whole_answer_and_a_few_end_of_text_tokens_the_rest_o
     import random
 
     from dico.embedded import tasks
+    from dico.embedded.objective import make_batch
     from dico.embedded.tokenizer import token_tables
-    from dico.embedded.train import make_batch
 
     items = tasks.make_split("word", size=16)
     number, _ = token_tables(tokenizer)
@@ -271,7 +271,7 @@ def test_the_plain_wording_is_the_usual_one_with_lists_that_mostly_say_equals():
 
 
 def test_extra_masked_positions_count_once_not_one_over_t():
-    from dico.embedded.train import diffusion_loss
+    from dico.embedded.objective import diffusion_loss
 
     class Uniform(torch.nn.Module):
         def forward(self, input_ids, attention_mask=None):

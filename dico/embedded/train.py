@@ -2,18 +2,10 @@
 
     python -m dico.embedded.train --out assets/dico-tiny --minutes 75
 
-Objective (LLaDA eq. 3): draw t ~ U(eps, 1) per example, mask every response token (answer and its
-end-of-text padding) with probability t, never the prompt; cross-entropy on the masked tokens
-weighted 1/t, normalised by the response length. Half the examples (``--occurrence-share``) also mask
-one number or prompt word of the answer with all its later occurrences, so that results are computed
-and names copied from the prompt rather than read back from a later mention (see ``occurrence_mask``).
-The architecture is transformers' own ``BertForMaskedLM``, so the result loads with
-``AutoModelForMaskedLM.from_pretrained`` offline, like any hub model, and supports
+The objective, and what a batch masks, is ``dico.embedded.objective``; this is the command: where a run starts,
+the schedule, the loop and its checkpoints. The architecture is transformers' own ``BertForMaskedLM``, so the
+result loads with ``AutoModelForMaskedLM.from_pretrained`` offline, like any hub model, and supports
 ``attn_implementation="eager"`` for attention maps.
-
-Layout of a sequence (training and decoding alike): ``[CLS] prompt [SEP] response <|eot|>...``,
-the response region padded with end-of-text to a length drawn per batch, so that any
-gen_length the user picks is in distribution.
 """
 from __future__ import annotations
 
@@ -22,12 +14,13 @@ import json
 import random
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from dico.embedded.tokenizer import SPECIALS, build_tokenizer, entity_spans, token_tables
+from dico.embedded.objective import MAX_PROMPT_TOKENS, diffusion_loss, make_batch
+from dico.embedded.tokenizer import SPECIALS, build_tokenizer, token_tables
 from dico.embedded.wordings import WORDINGS
-
-MAX_PROMPT_TOKENS = 96
 
 
 def build_model(vocab_size: int, hidden: int, layers: int, heads: int, max_positions: int,
@@ -43,76 +36,6 @@ def build_model(vocab_size: int, hidden: int, layers: int, heads: int, max_posit
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                         position_embedding_type=position)
     return BertForMaskedLM(config)
-
-
-def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: float = 0.15,
-               occurrence_share: float = 0.0, number=None, tail_share: float = 0.0):
-    """Token ids, attention mask, response mask and the extra (occurrence or tail) mask of one batch.
-
-    The response is padded with <|eot|>: most batches only a little past the longest answer (the end-of-text tail
-    is easy to learn and costs compute); a ``long_share`` of batches pads far, so every position up to ``max_gen``
-    is trained and any gen_length a user picks is in distribution. ``tail_share`` of the rows mask the whole answer
-    and the first few end-of-text tokens after it (see ``tail_length``); of the others, ``occurrence_share``
-    also mask one number or one name/object mention with all its later mentions (see ``occurrence_positions``).
-    """
-    import torch
-
-    prompts = [tokenizer(item.prompt)["input_ids"][:MAX_PROMPT_TOKENS] for item in items]
-    answers = [tokenizer(item.answer, add_special_tokens=False)["input_ids"] for item in items]
-    longest = max(len(a) for a in answers) + 1
-    if rng.random() >= long_share:
-        gen = longest + rng.randint(0, 16)
-    else:
-        gen = rng.randint(longest, max(longest, max_gen))
-    width = max(len(p) for p in prompts) + gen
-    ids = torch.full((len(items), width), tokenizer.pad_token_id, dtype=torch.long)
-    response = torch.zeros_like(ids, dtype=torch.bool)
-    extra = torch.zeros_like(ids, dtype=torch.bool)
-    for row, (item, p, a) in enumerate(zip(items, prompts, answers)):
-        seq = p + a + [tokenizer.eos_token_id] * (gen - len(a))
-        ids[row, :len(seq)] = torch.tensor(seq)
-        response[row, len(p):len(seq)] = True
-        if tail_share > 0 and rng.random() < tail_share:
-            extra[row, len(p):len(p) + tail_length(len(a), gen, rng)] = True
-        elif occurrence_share > 0 and rng.random() < occurrence_share:
-            spans = entity_spans(tokenizer, item.answer, item.entities) if item.entities else []
-            for i in occurrence_positions(a, spans, number, rng):
-                extra[row, len(p) + i] = True
-    return ids, (ids != tokenizer.pad_token_id).long(), response, extra
-
-
-def tail_length(answer_length: int, gen: int, rng: random.Random, reach: int = 12) -> int:
-    """How many response positions a tail row masks: the whole answer and 0 to ``reach`` end-of-text tokens after it.
-
-    Vanilla non-AR commits end-of-text from the far right inward before any word of the answer, and stops where
-    the model first doubts that a position is end-of-text: that decides how long the answer may be. Random
-    masking almost never shows an end-of-text tail with the whole answer hidden, so the model had not learned
-    where an answer of this prompt must end (measured on the step-15,946 model: 33% of word problems right non-AR,
-    most of the misses one or two steps short). A tail row is that state: the model must tell from the prompt
-    alone where the answer ends, and fill an answer of that length."""
-    return answer_length + rng.randint(0, min(reach, gen - answer_length))
-
-
-def occurrence_positions(answer: list[int], spans, number, rng: random.Random) -> list[int]:
-    """One number or one name/object mention of ``answer``, with every later mention of it (answer indices).
-
-    Random masking usually leaves some re-mention of a value visible ("13 - 9 = [M]. Taking away 1 leaves
-    4 - 1 ..."), so a small model leans on reading it back rather than computing it, or on copying a name from
-    the answer rather than the prompt (measured for the stage-4 model: every number right when its re-mentions
-    showed, often wrong when they were masked too, which is the state confidence-ordered decoding reaches).
-    Masking all later mentions leaves only the prompt and the earlier working to read from. Names and objects
-    (``spans``: per entity, its mentions' token indices) are drawn half the time when the answer has any: copying
-    them is what the earlier model failed at. Any mask pattern trains the same conditionals p(masked | visible);
-    this gives more weight to the patterns decoding meets."""
-    mentions = [(e, k) for e, ms in enumerate(spans) for k in range(len(ms))]
-    numbers = [i for i, t in enumerate(answer) if number is not None and bool(number[t])]
-    if mentions and (not numbers or rng.random() < 0.5):
-        e, k = mentions[rng.randrange(len(mentions))]
-        return [i for mention in spans[e][k:] for i in mention]
-    if not numbers:
-        return []
-    start = numbers[rng.randrange(len(numbers))]
-    return [i for i in range(start, len(answer)) if answer[i] == answer[start]]
 
 
 def warm_start(model, tokenizer, source: str) -> int:
@@ -144,27 +67,6 @@ def warm_start(model, tokenizer, source: str) -> int:
     return copied
 
 
-def diffusion_loss(model, ids, attention, response, mask_id: int, generator=None, *, extra=None):
-    """LLaDA's masked-diffusion loss: mask with prob t ~ U(eps, 1), CE on masked tokens weighted 1/t.
-
-    ``extra`` (b, l bool) adds positions to mask beyond the random ones (see occurrence_mask); those count with
-    weight 1, not 1/t: a row drawn with t = 0.001 would otherwise weigh them a thousandfold (measured: that
-    made the first version of this run worse at arithmetic, not better).
-    """
-    import torch
-    import torch.nn.functional as F
-
-    b = ids.shape[0]
-    t = torch.rand(b, 1, generator=generator) * (1 - 1e-3) + 1e-3                 # b, 1
-    random_masked = (torch.rand(ids.shape, generator=generator) < t) & response   # b, l
-    masked = random_masked | extra if extra is not None else random_masked
-    noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
-    logits = model(input_ids=noisy, attention_mask=attention).logits               # b, l, v
-    ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")
-    weights = torch.where(random_masked, 1.0 / t, torch.ones_like(t))[masked]
-    return (ce * weights).sum() / response.sum().clamp(min=1)
-
-
 def export(run: Path, out: Path) -> int:
     """Ship a run in float16: half the disk, and the loader upcasts it to float32 on a CPU (bf16 on CUDA)."""
     import torch
@@ -177,7 +79,8 @@ def export(run: Path, out: Path) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: the model's shape, the data's mix, the schedule, and where a run starts from."""
     parser = argparse.ArgumentParser(prog="python -m dico.embedded.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder to write the model, tokenizer, train log and "
                                                      "trainer_state.pt (what --resume reads)")
@@ -203,8 +106,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-gen", type=int, default=256, help="longest response region drawn in training")
     parser.add_argument("--long-share", type=float, default=0.15, help="share of batches padded up to --max-gen")
     parser.add_argument("--wording", choices=WORDINGS, default="free",
-                        help="the worked answers' wording (dico.embedded.wordings): 'free' varies their length, 'equal' "
-                             "does not, 'shifted' does not but moves the positions inside the answer, 'usual' "
+                        help="the worked answers' wording (dico.embedded.wordings): 'free' varies their length, "
+                             "'equal' does not, 'shifted' does not but moves the positions inside the answer, 'usual' "
                              "moves them less often, 'plain' is 'usual' with lists that mostly say '='")
     parser.add_argument("--tail-share", type=float, default=0.0,
                         help="share of examples that mask the whole answer and the first end-of-text tokens after "
@@ -235,19 +138,31 @@ def main(argv=None) -> int:
     start_from.add_argument("--export-from", metavar="RUN",
                             help="write RUN's weights to OUT in float16 with its tokenizer and train_log.json (what "
                                  "ships in assets/), then stop")
-    args = parser.parse_args(argv)
-    if args.export_from:
-        return export(Path(args.export_from), Path(args.out))
+    return parser
 
+
+@dataclass
+class Run:
+    """One session of a run: its model and optimizer, and where the run stands across sessions (``save`` writes it)."""
+    args: argparse.Namespace
+    out: Path
+    command: str
+    model: Any
+    tokenizer: Any
+    optimizer: Any
+    step: int = 0
+    elapsed_before: float = 0.0      # seconds trained in earlier sessions
+    ema: float | None = None         # the loss, smoothed
+    history: list = field(default_factory=list)     # every command of the run, with the step it began at
+    warm_from: int = 0               # the step this optimizer began at: its lr warms up from there
+    previous: dict | None = None     # an --init-from source's train_log.json
+    params: int = 0
+
+
+def starting_model(args, parser, out: Path):
+    """The model and tokenizer a run starts from (resumed, saved, or new), and the trainer state if resumed."""
     import torch
 
-    from dico.embedded import tasks
-    from dico.models import train_log
-
-    torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    command = "python -m dico.embedded.train " + " ".join(argv if argv is not None else sys.argv[1:])
     state = None
     if args.resume:
         if not (out / "trainer_state.pt").exists():
@@ -267,56 +182,88 @@ def main(argv=None) -> int:
         if args.warm_start:
             copied = warm_start(model, tokenizer, args.warm_start)
             print(f"warm start from {args.warm_start}: {copied} of {len(tokenizer)} embedding rows copied", flush=True)
-    n_params = sum(p.numel() for p in model.parameters())
-    number, _ = token_tables(tokenizer)
+    return model, tokenizer, state
+
+
+def start_run(args, parser, out: Path, command: str) -> Run:
+    """The run with a new or resumed optimizer; step, minutes and commands carry on from the trainer state
+    (--resume) or the source's train_log.json (--continue-from)."""
+    import torch
+
+    from dico.models import train_log
+
+    model, tokenizer, state = starting_model(args, parser, out)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    step, elapsed_before, ema, history = 0, 0.0, None, []
+    run = Run(args, out, command, model, tokenizer, optimizer, params=sum(p.numel() for p in model.parameters()))
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
-        step, elapsed_before, ema, history = state["step"], state["elapsed_s"], state["loss_ema"], state["history"]
+        run.step, run.elapsed_before, run.ema, run.history = (state["step"], state["elapsed_s"], state["loss_ema"],
+                                                              state["history"])
     elif args.continue_from:
         log = train_log(args.continue_from)
         if not log:
             parser.error(f"--continue-from: {args.continue_from} has no train_log.json (--init-from starts anew)")
-        step, elapsed_before, ema, history = log["step"], log["minutes"] * 60, log["loss_ema"], log["commands"]
-    # The step this optimizer began at: its lr warms up from there (a resumed optimizer keeps its own).
-    warm_from = state.get("warm_from", 0) if state is not None else step
-    history.append({"command": command, "from_step": step})
-    torch.manual_seed(args.seed + step)
-    rng = random.Random(args.seed * 1_000_003 + step)
-    stream = tasks.train_stream(args.seed * 1_000_003 + step, wording=args.wording)
-    generator = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
+        run.step, run.elapsed_before, run.ema, run.history = (log["step"], log["minutes"] * 60, log["loss_ema"],
+                                                              log["commands"])
+    # A resumed optimizer keeps the step it warmed up from; a new one warms up from here.
+    run.warm_from = state.get("warm_from", 0) if state is not None else run.step
+    run.history.append({"command": command, "from_step": run.step})
+    run.previous = (train_log(args.init_from) or None) if args.init_from else None
+    return run
+
+
+def save(run: Run, tag: str, elapsed: float) -> None:
+    """Model, tokenizer, train_log.json, trainer_state.pt; a checkpoint's model also in OUT/snapshots/step-N."""
+    import torch
+
+    out, step, ema = run.out, run.step, run.ema
+    run.model.save_pretrained(out, safe_serialization=True)
+    run.tokenizer.save_pretrained(out)
+    log = {"step": step, "loss_ema": round(ema, 4) if ema is not None else None,
+           "minutes": round(elapsed / 60, 2), "params": run.params, "command": run.command, "commands": run.history,
+           "args": vars(run.args), "tag": tag, "previous_stage": run.previous}
+    (out / "train_log.json").write_text(json.dumps(log, indent=2))
+    torch.save({"optimizer": run.optimizer.state_dict(), "step": step, "elapsed_s": elapsed, "loss_ema": ema,
+                "history": run.history, "warm_from": run.warm_from}, out / "trainer_state.pt")
+    if tag == "checkpoint":
+        snap = out / "snapshots" / f"step-{step}"
+        run.model.save_pretrained(snap, safe_serialization=True)
+        run.tokenizer.save_pretrained(snap)
+        (snap / "train_log.json").write_text(json.dumps(log, indent=2))
+    print(f"saved {tag} at step {step}, {elapsed / 60:.1f} min", flush=True)
+
+
+def learning_rate(args, step: int, warm_from: int, elapsed: float) -> float:
+    """Warm-up over --warmup steps from ``warm_from``, constant, then down to 10% over --decay-share of --minutes."""
     budget = args.minutes * 60
-    previous = (train_log(args.init_from) or None) if args.init_from else None
+    decay_from = budget * (1 - args.decay_share)
+    decay = 1.0 if elapsed < decay_from else 1 - 0.9 * (elapsed - decay_from) / max(budget - decay_from, 1e-9)
+    return args.lr * min(1.0, (step - warm_from + 1) / args.warmup) * decay
 
-    def save(tag: str, elapsed: float):
-        model.save_pretrained(out, safe_serialization=True)
-        tokenizer.save_pretrained(out)
-        log = {"step": step, "loss_ema": round(ema, 4) if ema is not None else None,
-               "minutes": round(elapsed / 60, 2), "params": n_params, "command": command, "commands": history,
-               "args": vars(args), "tag": tag, "previous_stage": previous}
-        (out / "train_log.json").write_text(json.dumps(log, indent=2))
-        torch.save({"optimizer": optimizer.state_dict(), "step": step, "elapsed_s": elapsed, "loss_ema": ema,
-                    "history": history, "warm_from": warm_from}, out / "trainer_state.pt")
-        if tag == "checkpoint":
-            snap = out / "snapshots" / f"step-{step}"
-            model.save_pretrained(snap, safe_serialization=True)
-            tokenizer.save_pretrained(snap)
-            (snap / "train_log.json").write_text(json.dumps(log, indent=2))
-        print(f"saved {tag} at step {step}, {elapsed / 60:.1f} min", flush=True)
 
+def train(run: Run) -> None:
+    """Batches from the stream (seeded with the step count) until --minutes or --max-steps, saving on the way."""
+    import torch
+
+    from dico.embedded import tasks
+
+    args, model, optimizer, tokenizer = run.args, run.model, run.optimizer, run.tokenizer
+    torch.manual_seed(args.seed + run.step)
+    rng = random.Random(args.seed * 1_000_003 + run.step)
+    stream = tasks.train_stream(args.seed * 1_000_003 + run.step, wording=args.wording)
+    generator = torch.Generator().manual_seed(args.seed * 1_000_003 + run.step)
+    number, _ = token_tables(tokenizer)
+    budget = args.minutes * 60
     max_gen = min(args.max_gen, args.max_positions - MAX_PROMPT_TOKENS)
-    print(f"{n_params:,} params, vocabulary {len(tokenizer)}, starting at step {step}, "
-          f"{elapsed_before / 60:.1f} of {args.minutes:.0f} min done", flush=True)
+    print(f"{run.params:,} params, vocabulary {len(tokenizer)}, starting at step {run.step}, "
+          f"{run.elapsed_before / 60:.1f} of {args.minutes:.0f} min done", flush=True)
     session_start, last_save, window = time.time(), time.time(), time.time()
     model.train()
     while True:
-        elapsed = elapsed_before + time.time() - session_start
-        if elapsed >= budget or (args.max_steps and step >= args.max_steps):
+        elapsed = run.elapsed_before + time.time() - session_start
+        if elapsed >= budget or (args.max_steps and run.step >= args.max_steps):
             break
-        decay_from = budget * (1 - args.decay_share)
-        decay = 1.0 if elapsed < decay_from else 1 - 0.9 * (elapsed - decay_from) / max(budget - decay_from, 1e-9)
-        lr = args.lr * min(1.0, (step - warm_from + 1) / args.warmup) * decay
+        lr = learning_rate(args, run.step, run.warm_from, elapsed)
         for group in optimizer.param_groups:
             group["lr"] = lr
         ids, attention, response, extra = make_batch([next(stream) for _ in range(args.batch_size)], tokenizer, rng,
@@ -328,20 +275,35 @@ def main(argv=None) -> int:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        step += 1
-        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
-        if step % args.log_every == 0:
+        run.step += 1
+        run.ema = loss.item() if run.ema is None else 0.98 * run.ema + 0.02 * loss.item()
+        if run.step % args.log_every == 0:
             now = time.time()
-            print(f"step {step} min {(elapsed_before + now - session_start) / 60:.1f} loss {ema:.4f} lr {lr:.2e} "
-                  f"steps/s {args.log_every / (now - window):.2f}", flush=True)
+            print(f"step {run.step} min {(run.elapsed_before + now - session_start) / 60:.1f} loss {run.ema:.4f} "
+                  f"lr {lr:.2e} steps/s {args.log_every / (now - window):.2f}", flush=True)
             window = now
-        if (args.checkpoint_every and step % args.checkpoint_every == 0) or \
+        if (args.checkpoint_every and run.step % args.checkpoint_every == 0) or \
                 time.time() - last_save >= args.checkpoint_minutes * 60:
-            save("checkpoint", elapsed_before + time.time() - session_start)
+            save(run, "checkpoint", run.elapsed_before + time.time() - session_start)
             last_save = time.time()
-    save("final", elapsed_before + time.time() - session_start)
-    print(f"saved {out} after {step} steps, {(elapsed_before + time.time() - session_start) / 60:.1f} min, "
-          f"loss {ema if ema is not None else float('nan'):.3f}, {n_params:,} params", flush=True)
+    save(run, "final", run.elapsed_before + time.time() - session_start)
+    print(f"saved {run.out} after {run.step} steps, {(run.elapsed_before + time.time() - session_start) / 60:.1f} "
+          f"min, loss {run.ema if run.ema is not None else float('nan'):.3f}, {run.params:,} params", flush=True)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.export_from:
+        return export(Path(args.export_from), Path(args.out))
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python -m dico.embedded.train " + " ".join(argv if argv is not None else sys.argv[1:])
+    train(start_run(args, parser, out, command))
     return 0
 
 
