@@ -1,5 +1,7 @@
 """The shape of the tree that issue 12 asked for, kept by tests: the library stands alone, settings are
-declared once, the entry point only wires, and no module grows past what a reader can hold."""
+declared once, the entry point only wires, and no module grows past what a reader can hold; and issue 25's
+direction: the decoding library (dico/'s top level) imports neither the embedded model's making (dico/embedded/)
+nor measuring (dico/bench/), the making does not import measuring, and figures never import torch."""
 import ast
 import re
 import subprocess
@@ -29,6 +31,67 @@ def imported_modules(path: Path) -> set[str]:
 @pytest.mark.parametrize("path", LIBRARY, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_library_module_imports_gradio_or_plotly(path):
     assert not imported_modules(path) & {"gradio", "plotly", "pandas", "dico_ui", "visuals"}
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module a file imports, dotted in full, wherever the import stands (inside a function too):
+    ``from dico import bench`` names ``dico.bench``, a relative import is resolved against the file's package,
+    and a string that is a whole ``dico.*`` module path (``importlib.import_module``'s argument, a lazy-export
+    table) counts as an import of it."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]) if node.level else ""
+            module = ".".join(part for part in (base, node.module) if part)
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                re.fullmatch(r"dico(\.\w+)+", node.value):
+            names.add(node.value)
+    return names
+
+
+def within(names: set[str], *packages: str) -> set[str]:
+    return {n for n in names if any(n == p or n.startswith(p + ".") for p in packages)}
+
+
+TOP_LEVEL = [p for p in LIBRARY if p.parent == ROOT / "dico"]
+EMBEDDED = sorted((ROOT / "dico" / "embedded").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", TOP_LEVEL, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_decoding_library_imports_neither_the_embedded_models_making_nor_measuring(path):
+    assert not within(imported_names(path), "dico.embedded", "dico.bench")
+
+
+@pytest.mark.parametrize("path", EMBEDDED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_embedded_models_making_does_not_import_measuring(path):
+    assert not within(imported_names(path), "dico.bench")
+
+
+@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: str(p.relative_to(ROOT)))
+def test_nothing_in_dico_at_any_depth_imports_gradio_or_plotly(path):
+    assert not within(imported_names(path), "gradio", "plotly")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "visuals").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_figure_imports_torch(path):
+    assert not within(imported_names(path), "torch", "transformers")
+
+
+def test_the_direction_guard_sees_lazy_relative_and_from_package_imports(tmp_path, monkeypatch):
+    fake = tmp_path / "dico" / "loop.py"
+    fake.parent.mkdir()
+    fake.write_text("def later():\n    from dico import bench\n    from .embedded.tasks import check\n"
+                    "    import importlib; importlib.import_module('dico.bench.tables')\n    import plotly.graph_objects\n"
+                    "MESSAGE = 'run python -m dico.embedded.train'\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert within(imported_names(fake), "dico.embedded", "dico.bench") == {
+        "dico.bench", "dico.embedded.tasks", "dico.embedded.tasks.check", "dico.bench.tables"}
+    assert within(imported_names(fake), "gradio", "plotly") == {"plotly.graph_objects"}
 
 
 def test_importing_dico_and_its_trace_loads_neither_gradio_nor_plotly():
