@@ -100,3 +100,37 @@ def browser_type_launch_args(browser_type_launch_args):
 def artifacts() -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS
+
+
+# ---------------------------------------------------------------------------- another CPU's last bits
+
+LOGIT_NOISE = 1e-6      # relative: about what another CPU's vector kernels change in the embedded model's logits
+
+
+def pytest_addoption(parser):
+    parser.addoption("--logit-noise", type=float, default=LOGIT_NOISE,
+                     help=f"relative noise of the 'noisy' pass of the behaviour-pinning tests (default {LOGIT_NOISE})")
+
+
+@pytest.fixture(params=["exact", "noisy"])
+def logit_noise(request, monkeypatch):
+    """Runs a test twice: as this CPU computes, then with seeded relative noise on every logit the embedded model
+    (a ``BertForMaskedLM``) returns, as another CPU would compute them. A test that pins behaviour must pass both:
+    it may not depend on which of two near-equal confidences wins. Yields the noise (0 for the exact pass)."""
+    if request.param == "exact":
+        yield 0.0
+        return
+    import torch
+    from transformers import BertForMaskedLM
+
+    rel, original, calls = request.config.getoption("--logit-noise"), BertForMaskedLM.forward, [0]
+
+    def noisy(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        calls[0] += 1
+        g = torch.Generator().manual_seed(calls[0])
+        noise = torch.randn(out.logits.shape, generator=g, dtype=out.logits.dtype).to(out.logits.device)
+        out.logits = out.logits + out.logits.abs() * rel * noise
+        return out
+    monkeypatch.setattr(BertForMaskedLM, "forward", noisy)
+    yield rel

@@ -1,0 +1,83 @@
+"""Comparing two decodes of one prompt as another CPU may give them: the same text and the same commits, up to
+the order among near-tied positions (README, "Across machines").
+
+Another CPU's vector kernels change the last bits of the logits (about 1e-6 relative), which moves a confidence
+by up to ~1.4e-5 (measured on the embedded model). Where two masked positions' confidences lie within
+``TOLERANCE`` of each other, on either side of one step's commit decision, either may be committed first, and one
+flip carries on: the golden decode commits 64 at step 7 and 50 at step 8, another machine 50 then 64. Everything
+else must match exactly: phase, seeds, clusters, the number of commits, the token at every position, the number
+of steps and the text.
+
+    ties = near_ties(conf, candidates, committed)            # per step, from the reference decode's scores
+    problem = first_difference(reference_steps, reference_text, trace)       # None when they agree
+"""
+from __future__ import annotations
+
+TOLERANCE = 1e-4        # confidences this close are interchangeable (~7x the largest shift 1e-6 noise makes)
+ROUNDING = 1e-5         # a trace rounds confidences to 5 digits: two of them move apart by at most this
+
+
+def near_ties(values, candidates, committed, tol: float = TOLERANCE) -> list[int]:
+    """Candidate positions whose value lies within ``tol`` of a candidate on the other side of the commit decision
+    (committed vs left masked): the positions another machine may commit instead, or leave for later."""
+    chosen = set(committed)
+    inside = [(values[p], p) for p in candidates if p in chosen]
+    outside = [(values[p], p) for p in candidates if p not in chosen]
+    return sorted({p for group, other in ((inside, outside), (outside, inside)) for v, p in group
+                   if any(abs(v - w) <= tol for w, _ in other)})
+
+
+def trace_ties(step, tol: float = TOLERANCE + ROUNDING) -> list[int]:
+    """``near_ties`` of a recorded step, from the (rounded) values its rule ranked: guided confidence in Divide."""
+    values = step.guided_confidence or step.confidence
+    start, end = step.window
+    candidates = [p for p in range(start, end) if values[p] is not None]
+    return near_ties(values, candidates, step.committed, tol)
+
+
+def steps_of(trace) -> list[list]:
+    """A trace's steps as the golden file writes them: phase, committed, tokens, seeds, clusters, near ties."""
+    return [[s.phase, s.committed, s.tokens, s.seeds, s.clusters, trace_ties(s)] for s in trace.steps]
+
+
+def first_difference(reference: list[list], text: str, trace) -> str | None:
+    """Where ``trace`` departs from the reference decode (steps as in ``steps_of``), or None.
+
+    A position committed earlier than in the reference must be near-tied at the reference step where it went
+    early, and one committed later near-tied where the reference committed it; every such difference is paid
+    back (the reference commits it later, or the run does) before the end.
+    """
+    token_of = {p: t for step in reference for p, t in zip(step[1], step[2])}
+    if len(trace.steps) != len(reference):
+        return f"{len(trace.steps)} steps, the reference took {len(reference)}"
+    ahead: set[int] = set()     # committed by the run, not yet by the reference
+    owed: set[int] = set()      # committed by the reference, not yet by the run
+    for k, (s, (phase, committed, _, seeds, clusters, ties)) in enumerate(zip(trace.steps, reference)):
+        where = f"step {k}"
+        for field, mine, theirs in (("phase", s.phase, phase), ("seeds", s.seeds, seeds), ("clusters", s.clusters, clusters)):
+            if mine != theirs:
+                return f"{where}: {field} {mine} != {theirs}"
+        if len(s.committed) != len(committed):
+            return f"{where}: {len(s.committed)} commits, the reference made {len(committed)}"
+        wrong = [(p, t) for p, t in zip(s.committed, s.tokens) if token_of.get(p) != t]
+        if wrong:
+            return f"{where}: (position, token) {wrong} differ from the reference's"
+        for p in sorted(set(s.committed) - set(committed)):
+            if p in owed:
+                owed.remove(p)
+            elif p in ties:
+                ahead.add(p)
+            else:
+                return f"{where}: committed {p}, which the reference did not and which is not near-tied {ties}"
+        for p in sorted(set(committed) - set(s.committed)):
+            if p in ahead:
+                ahead.remove(p)
+            elif p in ties:
+                owed.add(p)
+            else:
+                return f"{where}: left {p} masked, which the reference committed and which is not near-tied {ties}"
+    if ahead or owed:
+        return f"the run committed {sorted(ahead)} that the reference never did, and never {sorted(owed)}"
+    if trace.text != text:
+        return f"text {trace.text!r} != {text!r}"
+    return None
