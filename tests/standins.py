@@ -2,6 +2,9 @@
 
 - ``scripted(script, gen_length)``: a masked LM whose confidences (and predictions, margins) at each step
   come from a script, so a test can say "at step 2 position 5 has conf 0.7" and check exact positions.
+  Equal scripted confidences are bitwise equal after the loop's softmax only where the logit rows are equal,
+  i.e. the predictions too (another CPU sums differently laid-out rows in another order): a test that leans on
+  a tie-break scripts one prediction for the tied positions; any other test keeps clear margins.
 - ``RandomLM``: seeded random logits whose sharpness depends on how much is decoded (property tests).
 - ``MarkerLM``: LLaDA- / Dream-sized vocabularies (126400 / 151700) whose raw ``logits[i]`` peak on token
   ``marker + i``, to check how ``MaskPredictor`` aligns them (Dream's shift by one, LLaDA in place).
