@@ -9,6 +9,7 @@ import pytest
 import dico
 from dico.settings import METHODS, SETTINGS, DiCoSettings, specs
 from dico.embedded.scope import task_shape
+from near_ties import first_difference, steps_of
 
 gr = pytest.importorskip("gradio")
 
@@ -240,12 +241,13 @@ def test_the_page_opens_on_the_shipped_example_run(app_module):
     assert "finished example run" in result["status"] and lanes(result["answers"]) == 3
 
 
-def test_the_shipped_example_run_is_what_the_decoder_does(predictor):
-    """`python -m dico_ui.examples` must be rerun when decoding changes: the shipped traces are the decoder's."""
+def test_the_shipped_example_run_is_what_the_decoder_does(predictor, logit_noise):
+    """`python -m dico_ui.examples` must be rerun when decoding changes: the shipped traces are the decoder's, up to
+    the order among near-tied positions (another CPU's last bits may reorder those)."""
     shipped = h.read_traces(h.EXAMPLE_RUN.read_bytes())
     for trace in shipped:
         again = dico.generate(predictor, trace.prompt, trace.method, gen_length=trace.gen_length)
-        assert [(s.committed, s.tokens) for s in trace.steps] == [(s.committed, s.tokens) for s in again.steps]
+        assert first_difference(steps_of(trace), trace.text, again) is None
 
 
 def test_replay_the_race_walks_the_same_frames(app_module):

@@ -1,10 +1,13 @@
-"""Batched decoding: every row of a batch decodes exactly as its prompt alone, for every method and mode."""
+"""Batched decoding: every row of a batch decodes as its prompt alone, for every method and mode: the same text and
+commits up to the order among near-tied positions, on this CPU and with another's last bits (``logit_noise``),
+whose batched kernels need not add up a row as the unbatched ones do."""
 import pytest
 
 import dico
 from dico.embedded import tasks
 from dico.batch import decode_batch, generate_batch
 from dico.settings import METHODS, MODES
+from near_ties import ROUNDING, TOLERANCE, first_difference, steps_of
 
 GEN, BLOCK = 32, 16
 TIMING = ("wall_s", "tokens_per_s", "forward_s", "select_s")
@@ -33,28 +36,35 @@ def same_decode(trace) -> dict:
     return data
 
 
+def assert_decodes_as(alone, trace) -> None:
+    """``trace`` decodes as ``alone`` up to near ties, and its scores agree within the tolerance until they part."""
+    assert first_difference(steps_of(alone), alone.text, trace) is None
+    assert (trace.nfe, trace.answer_nfe, trace.answer_length) == (alone.nfe, alone.answer_nfe, alone.answer_length)
+    for mine, theirs in zip(trace.steps, alone.steps):
+        assert mine.confidence == pytest.approx(theirs.confidence, abs=TOLERANCE + ROUNDING)
+        if mine.committed != theirs.committed:
+            break
+
+
 def test_prompts_have_different_lengths(predictor, prompts):
     assert len({len(predictor.encode_prompt(p)) for p in prompts}) >= 3
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("method", METHODS)
-def test_every_row_of_a_batch_decodes_as_its_prompt_alone(predictor, prompts, method, mode):
+def test_every_row_of_a_batch_decodes_as_its_prompt_alone(predictor, prompts, method, mode, logit_noise):
     # batch_size 3 < 5 prompts: rows finish, leave, and waiting prompts join mid-run
     batched = generate_batch(predictor, prompts, method, batch_size=3, mode=mode, gen_length=GEN, block_length=BLOCK)
     assert [t.prompt for t in batched] == prompts
     for prompt, trace in zip(prompts, batched):
-        alone = dico.generate(predictor, prompt, method, mode=mode, gen_length=GEN, block_length=BLOCK)
-        assert [s.committed for s in trace.steps] == [s.committed for s in alone.steps]
-        assert (trace.nfe, trace.answer_nfe, trace.text) == (alone.nfe, alone.answer_nfe, alone.text)
-        assert same_decode(trace) == same_decode(alone)
+        assert_decodes_as(dico.generate(predictor, prompt, method, mode=mode, gen_length=GEN, block_length=BLOCK), trace)
 
 
 @pytest.mark.parametrize("sampling", [{"temperature": 0.8, "random_seed": 3}, {"cfg_scale": 1.0}])
-def test_sampling_and_guidance_decode_each_row_as_alone(predictor, prompts, sampling):
+def test_sampling_and_guidance_decode_each_row_as_alone(predictor, prompts, sampling, logit_noise):
     batched = generate_batch(predictor, prompts, "fast", batch_size=3, gen_length=GEN, **sampling)
     for prompt, trace in zip(prompts, batched):
-        assert same_decode(trace) == same_decode(dico.generate(predictor, prompt, "fast", gen_length=GEN, **sampling))
+        assert_decodes_as(dico.generate(predictor, prompt, "fast", gen_length=GEN, **sampling), trace)
 
 
 def test_settings_reach_every_row_as_keywords(predictor, prompts):

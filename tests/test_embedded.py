@@ -28,7 +28,7 @@ def test_loads_through_the_hub_path_offline_with_eager_attention(predictor):
     assert AutoModelForMaskedLM.from_pretrained(EMBEDDED).config.model_type == "bert"
 
 
-def test_answers_a_fixed_held_out_word_problem_with_vanilla(predictor):
+def test_answers_a_fixed_held_out_word_problem_with_vanilla(predictor, logit_noise):
     item = next(i for i in tasks.make_split("word") if i.prompt.count(".") <= 2)
     trace = dico.generate(predictor, item.prompt, "vanilla", mode="semi-ar", gen_length=96, block_length=32)
     assert trace.nfe == 96
