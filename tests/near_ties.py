@@ -62,20 +62,16 @@ def first_difference(reference: list[list], text: str, trace) -> str | None:
         wrong = [(p, t) for p, t in zip(s.committed, s.tokens) if token_of.get(p) != t]
         if wrong:
             return f"{where}: (position, token) {wrong} differ from the reference's"
-        for p in sorted(set(s.committed) - set(committed)):
-            if p in owed:
-                owed.remove(p)
-            elif p in ties:
-                ahead.add(p)
-            else:
-                return f"{where}: committed {p}, which the reference did not and which is not near-tied {ties}"
-        for p in sorted(set(committed) - set(s.committed)):
-            if p in ahead:
-                ahead.remove(p)
-            elif p in ties:
-                owed.add(p)
-            else:
-                return f"{where}: left {p} masked, which the reference committed and which is not near-tied {ties}"
+        mine, theirs = set(s.committed), set(committed)
+        for differ, paid, pending, what in ((mine - theirs, owed, ahead, "committed {}, which the reference did not"),
+                                            (theirs - mine, ahead, owed, "left {} masked, which the reference committed")):
+            for p in sorted(differ):      # a difference pays back an earlier one, or starts one among near ties
+                if p in paid:
+                    paid.remove(p)
+                elif p in ties:
+                    pending.add(p)
+                else:
+                    return f"{where}: {what.format(p)} and which is not near-tied {ties}"
     if ahead or owed:
         return f"the run committed {sorted(ahead)} that the reference never did, and never {sorted(owed)}"
     if trace.text != text:
