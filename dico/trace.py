@@ -31,8 +31,8 @@ schema 1, without the answer fields, are still read and get them computed)::
                                              # confidence times trajectory guidance that seeds were ranked by
                 "guidance": [float] * gen_length | null,   # that step's guidance weights w
                 "seed_threshold": float | null,  # the guided confidence a seed needed (DiCo Divide)
-                "shortcut": [pos, ...],      # DiCo Divide with divide_shortcut: commits made for a confidence
-                                             # above the shortcut, beside the seeds (absent in older files: [])
+                "shortcut": [pos, ...],      # DiCo Divide with the Divide shortcut on: commits made for a
+                                             # confidence above the shortcut, beside the seeds (older files: [])
                 "forward_s": float, "select_s": float}, ...]}  # model call; scoring + the rule's choice
 
 ``confidence`` and ``prediction`` are null at positions already decoded before the step. A commit

@@ -23,7 +23,7 @@ METHOD_COLORS = {"vanilla": OKABE_ITO["grey"], "fast": OKABE_ITO["orange"], "fas
                  "dico": OKABE_ITO["blue"]}
 METHOD_NAMES = METHOD_LABELS            # kept for old imports; the labels are declared once, in dico.settings
 COMMIT_COLOR, SEED_COLOR, CLUSTER_COLOR = OKABE_ITO["vermillion"], OKABE_ITO["yellow"], OKABE_ITO["black"]
-# A Divide step's commits above the shortcut (divide_shortcut): beside the seeds, not seeds themselves.
+# A Divide step's commits above the shortcut (the Divide shortcut setting): beside the seeds, not seeds themselves.
 SHORTCUT = "Divide shortcut commit"
 SHORTCUT_MARKER = dict(symbol="diamond", size=8, color=OKABE_ITO["green"], line=dict(color="black", width=1))
 SHORTCUT_HOVER = "committed above the shortcut in Divide: position %{x}, step %{y}<extra></extra>"
