@@ -152,8 +152,12 @@ class DiCo:
         touched = {tuple(c) for c in self.clusters if any(c[0] <= sd <= c[1] for sd in seeds)}
         self.clusters = merge([c for c in self.clusters if tuple(c) not in touched] + grown)
 
+        # beyond the paper: commit what is already sure beside the seeds (the shortcut Conquer and Finalize use)
+        shortcut = (torch.nonzero(cand & (s.conf > cfg.shortcut)).flatten().tolist()
+                    if cfg.divide_shortcut else [])
+        shortcut = [p for p in shortcut if p not in seeds]
         after = masked.copy()
-        after[seeds] = False
+        after[seeds + shortcut] = False
         inside = cluster_mask(self.clusters, masked.size) & after
         density = float(cw[torch.from_numpy(inside)].mean()) if inside.any() else 0.0
         self.divide_steps += 1
@@ -166,8 +170,8 @@ class DiCo:
             self.quiet_steps = 0 if changed else self.quiet_steps + 1
         if density >= cfg.tau2 or self.quiet_steps >= QUIET_STEPS_TO_END_DIVIDE or self.divide_steps >= cfg.t_max:
             self._end_divide(after)
-        return Choice(seeds, "divide", seeds=list(seeds), clusters=[c[:] for c in self.clusters], guided=cw,
-                      guidance=weights, seed_threshold=cfg.tau1)
+        return Choice(sorted(seeds + shortcut), "divide", seeds=list(seeds), clusters=[c[:] for c in self.clusters],
+                      guided=cw, guidance=weights, seed_threshold=cfg.tau1, shortcut=shortcut)
 
     def _end_divide(self, masked: np.ndarray) -> None:
         self.clusters = trim(self.clusters, masked)
@@ -204,6 +208,8 @@ class DiCo:
             else:               # the code bounds by the previous cluster as it was; ours as it has grown this step
                 lo = (self.clusters[i - 1] if cfg.merge_after_conquer else updated[-1])[1] + 1
             hi = self.clusters[i + 1][0] if i + 1 < len(self.clusters) else window_end
+            if cfg.short_right_growth:      # the code's off-by-one: one short of the next cluster and the window end
+                hi -= 1
             updated.append(grow(span, passing, cfg.gap, lo, hi))
         self.clusters = trim(merge(updated) if cfg.merge_after_conquer else updated, masked)
         inside = torch.from_numpy(cluster_mask(self.clusters, n) & masked)

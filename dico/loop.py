@@ -184,7 +184,7 @@ class Decoding:
                     guided_confidence=None if choice.guided is None else _masked_list(choice.guided, masked),
                     guidance=None if choice.guidance is None else
                     [round(w, CONFIDENCE_DIGITS) for w in choice.guidance.tolist()],
-                    seed_threshold=choice.seed_threshold,
+                    seed_threshold=choice.seed_threshold, shortcut=sorted(choice.shortcut),
                     forward_s=round(forward_s, 6), select_s=round(select_s, 6))
         for token in set(step.prediction) - {None} - self.vocab.keys():
             self.vocab[token] = self.predictor.token_text(token)

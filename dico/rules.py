@@ -48,6 +48,7 @@ class Choice:
     guided: torch.Tensor | None = None       # DiCo Divide: the guided confidence seeds were ranked by
     guidance: torch.Tensor | None = None     # and the guidance weights behind it
     seed_threshold: float | None = None       # the guided confidence a seed needed
+    shortcut: list[int] = field(default_factory=list)   # DiCo Divide: commits above the shortcut, beside the seeds
 
 
 class Rule(Protocol):

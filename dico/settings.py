@@ -21,10 +21,12 @@ MAX_PROMPT_CHARS = 4000
 
 
 def setting(default, help: str, *, range: tuple | None = None, step: float | None = None, choices: tuple = (),
-            paper=None, code=None, open_low: bool = False):
+            paper=None, code=None, open_low: bool = False, label: str | None = None):
     """A field with what every consumer needs: ``range`` is inclusive (``open_low`` excludes its low end);
-    ``paper`` / ``code`` record the paper's and the authors' code values where they differ from the default."""
-    meta = dict(help=help, range=range, step=step, choices=tuple(choices), paper=paper, code=code, open_low=open_low)
+    ``paper`` / ``code`` record the paper's and the authors' code values where they differ from the default;
+    ``label`` is the app's wording where the name alone would not say it."""
+    meta = dict(help=help, range=range, step=step, choices=tuple(choices), paper=paper, code=code, open_low=open_low,
+                label=label)
     return field(default=default, metadata=meta)
 
 
@@ -41,6 +43,7 @@ class Spec:
     paper: object
     code: object
     open_low: bool
+    label: str | None = None
 
     def check(self, value):
         """``value`` converted to the field's type, or ValueError naming the field and the allowed values."""
@@ -82,11 +85,24 @@ def specs(cls) -> list[Spec]:
 
 
 class Settings:
-    """Base of every method's settings: checked on construction, built from a plain dict."""
+    """Base of every method's settings: checked on construction, built from a plain dict.
+
+    ``presets`` maps a switch (a bool setting) to the values it stands for: with the switch on, every setting
+    not given explicitly takes the preset's value. In ``from_dict`` (what the CLI, the app, the API and
+    ``dico.generate`` use) "given" means present in the dict; constructing the class directly can only tell a
+    value left at its default, so there the preset fills the settings that hold their defaults.
+    """
+    presets = {}        # switch name -> {setting: value}; see DiCoSettings
 
     def __post_init__(self):
         for spec in specs(type(self)):
             object.__setattr__(self, spec.name, spec.check(getattr(self, spec.name)))
+        defaults = {spec.name: spec.default for spec in specs(type(self))}
+        for switch, preset in self.presets.items():
+            if getattr(self, switch):
+                for name, value in preset.items():
+                    if getattr(self, name) == defaults[name]:
+                        object.__setattr__(self, name, value)
 
     @classmethod
     def from_dict(cls, values: dict | None = None):
@@ -96,7 +112,13 @@ class Settings:
         if unknown:
             what = f"known: {', '.join(known)}" if known else "it takes no settings"
             raise ValueError(f"{unknown[0]}: not a setting of {cls.method!r} ({what})")
-        return cls(**values)
+        switches = [s for s in cls.presets if values.get(s) is True]
+        for switch in switches:         # the preset first, the given values over it
+            values = {**cls.presets[switch], **values, switch: False}
+        made = cls(**values)            # switches off here: __post_init__ must not refill what was given
+        for switch in switches:
+            object.__setattr__(made, switch, True)
+        return made
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -171,6 +193,9 @@ class FastFactorSettings(SamplingSettings):
 class DiCoSettings(SamplingSettings):
     """Paper defaults (section 5.1); T_max, M and the 0.98 shortcut from the authors' code (spec, DiCo)."""
     method = "dico"
+    authors_code: bool = setting(False, "start from the DiCo authors' release (dico.settings.AUTHORS_CODE: every "
+                                 "setting whose authors' code value is recorded); settings given explicitly win",
+                                 label="as the authors' code decodes")
     alpha: float = setting(0.5, "trajectory guidance slope: w_min = min(1, beta + alpha * unmasked fraction)",
                            range=(0.0, 1.0), step=0.01, open_low=True)
     beta: float = setting(0.05, "trajectory guidance floor at the window end before anything is decoded",
@@ -189,6 +214,8 @@ class DiCoSettings(SamplingSettings):
     gap: int = setting(2, "M: failing positions in a row a growing cluster may step over", range=(0, 32), step=1)
     shortcut: float = setting(0.98, "Conquer and Finalize commit any position above this confidence at once",
                               range=(0.0, 1.0), step=0.01, open_low=True)
+    divide_shortcut: bool = setting(False, "Divide commits every masked window position above the shortcut beside "
+                                    "its seeds (beyond the paper; the authors' code does not)")
     guidance: bool = setting(True, "trajectory guidance (TG): favour positions near the start of what is masked",
                              code="off in DiCoConfig(), on in run_dico.sh")
     guidance_origin: str = setting("first-masked", "measure guidance from the first masked position (the code) "
@@ -208,11 +235,29 @@ class DiCoSettings(SamplingSettings):
                                     code="window")
     merge_after_conquer: bool = setting(False, "Conquer bounds a cluster's left growth by the previous cluster as it "
                                         "was before the step, then merges touching clusters", code=True)
+    short_right_growth: bool = setting(False, "Conquer's right-hand growth stops one position short of the next "
+                                       "cluster and of the window end (the authors' off-by-one)", code=True)
 
     def seeds_for(self, mode: str) -> int:
         """N in effect: the setting, or the paper's default for the mode."""
         return self.seeds or (4 if mode == SEMI_AR else 8)
 
+
+def _authors_code() -> dict:
+    """The DiCo settings with which the project decodes as the authors' release does (DICO_SPEC.md, "Where the DiCo
+    authors' code does otherwise"): every ``code=`` value recorded in DiCoSettings, so the preset cannot drift from
+    the declarations. TG's code value is prose, decided here: on, as the release's run_dico.sh (which produced
+    the paper's numbers) runs it, though its DiCoConfig() leaves it off. Guidance measured from the first masked
+    position is the code's form and already the default; N = 4 is the code's default and run_dico.sh's, in both
+    modes."""
+    decided = {"guidance": True}
+    preset = {s.name: s.code for s in specs(DiCoSettings) if s.code is not None and s.name not in decided}
+    return {**preset, **decided}
+
+
+AUTHORS_CODE = _authors_code()
+DiCoSettings.presets = {"authors_code": AUTHORS_CODE}
+DiCoSettings.from_dict(AUTHORS_CODE)        # every recorded code value is a value the setting accepts
 
 SETTINGS = {cls.method: cls for cls in (VanillaSettings, FastSettings, FastFactorSettings, DiCoSettings)}
 METHODS = tuple(SETTINGS)
@@ -225,6 +270,16 @@ ABLATIONS = {
     "seeds": {f"DiCo N={n}": {"seeds": n} for n in (2, 4, 6, 8, 10)},
     "conquer": {"DiCo (factor Conquer)": {},
                 "DiCo (threshold 0.9 Conquer)": {"conquer": "threshold", "conquer_threshold": 0.9}},
+    # issue 29: each of the release's Conquer choices on alone, the Divide shortcut (beyond the paper) alone, and
+    # the whole preset with and without it
+    "authors": {"DiCo": {},
+                **{f"DiCo + {name}" + ("" if value is True else f"={value}"): {name: value}
+                   for name, value in AUTHORS_CODE.items()
+                   if name in ("grow_through_commits", "conquer_fallback", "merge_after_conquer",
+                               "short_right_growth")},
+                "DiCo + divide_shortcut": {"divide_shortcut": True},
+                "DiCo (authors' code)": {"authors_code": True},
+                "DiCo (authors' code) + divide_shortcut": {"authors_code": True, "divide_shortcut": True}},
 }
 
 

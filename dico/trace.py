@@ -31,6 +31,8 @@ schema 1, without the answer fields, are still read and get them computed)::
                                              # confidence times trajectory guidance that seeds were ranked by
                 "guidance": [float] * gen_length | null,   # that step's guidance weights w
                 "seed_threshold": float | null,  # the guided confidence a seed needed (DiCo Divide)
+                "shortcut": [pos, ...],      # DiCo Divide with the Divide shortcut on: commits made for a
+                                             # confidence above the shortcut, beside the seeds (older files: [])
                 "forward_s": float, "select_s": float}, ...]}  # model call; scoring + the rule's choice
 
 ``confidence`` and ``prediction`` are null at positions already decoded before the step. A commit
@@ -77,6 +79,7 @@ class Step:
     guided_confidence: list[float | None] | None = None
     guidance: list[float] | None = None
     seed_threshold: float | None = None
+    shortcut: list[int] = field(default_factory=list)
     forward_s: float = 0.0
     select_s: float = 0.0
 
@@ -211,10 +214,12 @@ def _parse_step(raw, i: int, n: int) -> Step:
     _expect(_is_int(raw["index"]), f"{where}.index", "must be an integer")
     _expect(isinstance(raw["window"], list) and len(raw["window"]) == 2 and all(_is_int(v) for v in raw["window"])
             and 0 <= raw["window"][0] < raw["window"][1] <= n, f"{where}.window", "must be [start, end) inside the response")
-    for key in ("committed", "tokens", "seeds"):
+    for key in ("committed", "tokens", "seeds", "shortcut"):
         values = raw.get(key, [])
         _expect(isinstance(values, list) and all(_is_int(v) for v in values), f"{where}.{key}", "must be a list of integers")
     _expect(len(raw["committed"]) == len(raw["tokens"]), where, "committed and tokens must have the same length")
+    _expect(set(raw.get("shortcut", [])) <= set(raw["committed"]), f"{where}.shortcut",
+            "must list positions this step committed")
     _expect(all(0 <= p < n for p in raw["committed"] + raw.get("seeds", [])), f"{where}.committed",
             "positions must be response offsets 0..gen_length-1")
     for key, check in (("confidence", _is_num), ("prediction", _is_int)):

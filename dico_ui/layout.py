@@ -11,7 +11,7 @@ import gradio as gr
 
 import visuals
 from dico.models import EMBEDDED_NAME
-from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHOD_LABELS, METHODS, MODES
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHOD_LABELS, METHODS, MODES, SETTINGS
 from dico_ui import handlers as h
 from dico_ui.about import about_text
 from dico_ui.models import model_choices
@@ -42,7 +42,10 @@ def setting_control(group: str, spec):
     """One settings control from its Spec: its range and help are the library's; values are checked by
     ``spec.check`` when Run is pressed (a number box never clamps silently)."""
     origin = "; ".join(f"{k}: {v}" for k, v in (("paper", spec.paper), ("authors' code", spec.code)) if v is not None)
-    kw = dict(label=f"{group_label(group)} · {spec.name}", elem_id=f"setting-{group}-{spec.name}",
+    preset = SETTINGS[group].presets.get(spec.name) if group in SETTINGS else None
+    if preset:              # a preset switch says what it sets
+        origin = "sets " + ", ".join(f"{k} = {v}" for k, v in preset.items())
+    kw = dict(label=f"{group_label(group)} · {spec.label or spec.name}", elem_id=f"setting-{group}-{spec.name}",
               info=spec.help + (f" ({origin})" if origin else ""))
     if spec.type is bool:
         return gr.Checkbox(spec.default, **kw)

@@ -13,7 +13,7 @@ from dico.embedded import scope
 from dico.loop import check_inputs, check_request
 from dico.models import EMBEDDED_NAME, MaskPredictor
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, NON_AR, SEMI_AR, SETTINGS, own_specs, \
-    sampling_specs, settings_for
+    sampling_specs, settings_for, specs
 from dico_ui.models import get_predictor
 from dico_ui.render import label
 
@@ -68,7 +68,17 @@ def settings_from_controls(methods: list[str], values) -> dict[str, dict]:
             raise ValueError(f"{group_label(group)} setting {exc}") from None
         for method in (methods if group == SHARED else [group]):
             out[method][spec.name] = checked
-    return out
+    return {method: given(method, values) for method, values in out.items()}
+
+
+def given(method: str, values: dict) -> dict:
+    """With a preset switch on (``Settings.presets``), a control left at its default counts as not given, so the
+    preset fills it and the controls the user changed win, as options given beside it do on the command line."""
+    cls = SETTINGS[method]
+    if not any(values.get(switch) for switch in cls.presets):
+        return values
+    defaults = {spec.name: spec.default for spec in specs(cls)}
+    return {k: v for k, v in values.items() if k in cls.presets or v != defaults[k]}
 
 
 def group_label(group: str) -> str:

@@ -203,6 +203,40 @@ def test_shared_sampling_settings_reach_every_chosen_method():
     assert set(out["dico"]) == {s.name for s in specs(DiCoSettings)}
 
 
+def _control(group, name):
+    return CONTROLS.index(next((g, s) for g, s in CONTROLS if g == group and s.name == name))
+
+
+def test_the_authors_code_checkbox_fills_every_dico_control_left_at_its_default_and_changed_ones_win():
+    values = defaults()
+    values[_control("dico", "authors_code")] = True
+    out = settings_from_controls(["vanilla", "dico"], values)
+    assert out["dico"] == {"authors_code": True}
+    assert DiCoSettings.from_dict(out["dico"]) == DiCoSettings.from_dict({"authors_code": True})
+    assert out["vanilla"]["mask_in_softmax"] is False                  # the preset is DiCo's alone
+    values[_control("dico", "seeds")] = 8.0
+    values[_control(SHARED, "mask_in_softmax")] = True
+    assert settings_from_controls(["dico"], values)["dico"] == {"authors_code": True, "seeds": 8,
+                                                                 "mask_in_softmax": True}
+
+
+def test_the_authors_code_checkbox_is_labelled_as_the_page_says_and_lists_what_it_sets():
+    from dico_ui.layout import setting_control
+    switch = CONTROLS[_control("dico", "authors_code")]
+    control = setting_control(*switch)
+    assert control.label == "DiCo · as the authors' code decodes"
+    assert "short_right_growth = True" in control.info and "seeds = 4" in control.info
+
+
+def test_the_api_applies_the_authors_code_preset_and_the_trace_records_it(app_module, predictor):
+    frames = list(h.run_api(Session(), WORD, "dico-tiny", "semi-ar", 48.0, 16.0, ["dico"],
+                            '{"dico": {"authors_code": true}}', False))
+    trace = dict(zip(h.RESULTS, frames[-1]))["traces"][0]
+    assert trace.settings["authors_code"] is True and trace.settings["short_right_growth"] is True
+    alone = dico.generate(predictor, WORD, "dico", mode="semi-ar", gen_length=48, block_length=16, authors_code=True)
+    assert [(s.phase, s.committed) for s in trace.steps] == [(s.phase, s.committed) for s in alone.steps]
+
+
 def test_api_settings_json_is_checked_by_the_library():
     assert settings_from_json("") == {}
     assert settings_from_json('{"fast": {"threshold": 0.5}}') == {"fast": {"threshold": 0.5}}

@@ -26,9 +26,11 @@ def test_table1_rows_at_two_lengths_side_by_side(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     rows, run = read_results(out)
     assert run["lengths"] == [[16, 8], [24, 8]] and (run["batch_size"], run["jobs"]) == (2, 2)
+    configs = [(m, METHOD_LABELS[m]) for m in METHODS] + [("dico", "DiCo (authors' code)")]
     assert {(r["method"], r["label"], r["mode"], r["task"], r["gen_length"]) for r in rows} == {
-        (m, METHOD_LABELS[m], mode, t, g) for m in METHODS for mode in ("non-ar", "semi-ar")
+        (m, label, mode, t, g) for m, label in configs for mode in ("non-ar", "semi-ar")
         for t in ("word", "list") for g in (16, 24)}
+    assert {r["settings"].get("authors_code") for r in rows if r["label"] == "DiCo (authors' code)"} == {True}
     for r in rows:
         assert set(ROW_FIELDS) <= r.keys() and r["n"] == 2
         assert r["block_length"] == (8 if r["mode"] == "semi-ar" else None)

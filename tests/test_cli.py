@@ -98,6 +98,17 @@ def test_generate_json_writes_a_loadable_trace_with_the_settings_given(results):
     assert trace.settings["tau2"] == 0.6                                    # the rest keep the paper defaults
 
 
+def test_authors_code_decodes_as_the_release_and_options_given_beside_it_win(results, capsys, tmp_path):
+    tiny = results["fill"](["{tiny}"])[0]
+    assert main(["generate", "--model", tiny, "--prompt", PROMPT, "--gen-length", "8", "--authors-code", "--seeds",
+                 "8", "--no-grow-through-commits", "--json", str(tmp_path / "preset.json")]) == 0
+    capsys.readouterr()
+    settings = Trace.load(tmp_path / "preset.json").settings
+    assert settings["authors_code"] is True and settings["seeds"] == 8 and settings["grow_through_commits"] is False
+    assert settings["conquer_fallback"] == "window" and settings["short_right_growth"] is True
+    assert settings["mask_in_softmax"] is True
+
+
 def test_several_prompts_in_one_batch_print_what_each_prints_alone(results, capsys, tmp_path):
     tiny = results["fill"](["{tiny}"])[0]
     prompts = [PROMPT, "Anna has 3 books .", "How many apples ?"]

@@ -344,6 +344,72 @@ def test_bounding_by_the_previous_clusters_old_span_then_merging_reproduces_the_
     assert ours.clusters == [[6, 9], [12, 12]] and code.clusters == [[6, 12]]
 
 
+def test_stopping_right_hand_growth_one_short_reproduces_the_authors_conquer():
+    # The step commits 2, 4, 5 and 10 (M = 0). Ours: [2, 5] grows right over 6..9 (0.7 > tau2) up to its neighbour
+    # [10, 12], which grows right over 13..15 to the window end. The code's: [2, 5] stops at 8, one short of the
+    # neighbour, which then grows left into 9 (past [2, 5] as grown) and right to 14, one short of the window end.
+    second = profile(16, 0.2, at={2: 0.9, 4: 0.9, 5: 0.9, 6: 0.7, 7: 0.7, 8: 0.7, 9: 0.7, 10: 0.65, 12: 0.64,
+                                  13: 0.7, 14: 0.7, 15: 0.7})
+    ours, code = (conquer_run(second, gap=0, short_right_growth=short).steps[1] for short in (False, True))
+    assert ours.committed == code.committed == [2, 4, 5, 10]
+    assert ours.clusters == [[6, 9], [12, 15]] and code.clusters == [[6, 8], [9, 14]]
+
+
+def test_the_authors_code_preset_switches_on_every_recorded_code_value():
+    from dico.settings import AUTHORS_CODE, specs
+    recorded = {s.name for s in specs(DiCoSettings) if s.code is not None}
+    assert set(AUTHORS_CODE) == recorded                      # derived from the declarations, nothing else
+    assert AUTHORS_CODE == {"mask_in_softmax": True, "seeds": 4, "guidance": True, "grow_through_commits": True,
+                            "conquer_fallback": "window", "merge_after_conquer": True, "short_right_growth": True}
+    preset = DiCoSettings.from_dict({"authors_code": True})
+    assert preset.authors_code and all(getattr(preset, k) == v for k, v in AUTHORS_CODE.items())
+
+
+def test_settings_given_explicitly_win_over_the_authors_code_preset():
+    given = DiCoSettings.from_dict({"authors_code": True, "seeds": 8, "grow_through_commits": False})
+    assert (given.seeds, given.grow_through_commits, given.conquer_fallback) == (8, False, "window")
+    assert DiCoSettings.from_dict(given.to_dict()) == given                  # a trace's settings rebuild the run
+    # built directly, a setting left at its default counts as not given
+    assert DiCoSettings(authors_code=True, seeds=8) == DiCoSettings.from_dict({"authors_code": True, "seeds": 8})
+
+
+def test_the_preset_decodes_as_its_settings_spelled_out_and_the_trace_says_so():
+    rows = [ROW0, profile(16, 0.2, at={2: 0.9, 4: 0.9, 5: 0.9, 6: 0.7, 7: 0.7, 8: 0.7, 9: 0.7, 10: 0.65, 12: 0.64})]
+    preset = run(rows, 16, then=settle(), guidance=False, authors_code=True)
+    spelled = run(rows, 16, then=settle(), guidance=False, **AUTHORS_CODE_BUT_TG)
+    assert [s.committed for s in preset.steps] == [s.committed for s in spelled.steps]
+    assert [s.clusters for s in preset.steps] == [s.clusters for s in spelled.steps]
+    assert preset.settings["authors_code"] is True and spelled.settings["authors_code"] is False
+    assert {k: preset.settings[k] for k in AUTHORS_CODE_BUT_TG} == AUTHORS_CODE_BUT_TG
+
+
+AUTHORS_CODE_BUT_TG = {"mask_in_softmax": True, "seeds": 4, "grow_through_commits": True,
+                       "conquer_fallback": "window", "merge_after_conquer": True, "short_right_growth": True}
+
+
+# ======================================================================= DiCo: the Divide shortcut (beyond the paper)
+
+def test_the_divide_shortcut_commits_every_sure_window_position_beside_the_seeds():
+    # seeds (N = 2): 12 (0.995), then 5 (Soft-NMS has pushed 13 down to 0.99 D(1) = 0.03). With the shortcut
+    # the step also commits 13 (0.99 > 0.98), not 14 (0.97); a sure seed counts as a seed.
+    first = profile(16, 0.1, span={(4, 7): 0.5}, at={5: 0.6, 12: 0.995, 13: 0.99, 14: 0.97})
+    plain, sure = (run([first], 16, then=settle(), guidance=False, seeds=2, divide_shortcut=on).steps[0]
+                   for on in (False, True))
+    assert plain.seeds == sure.seeds == [12, 5]
+    assert plain.committed == [5, 12] and plain.shortcut == []
+    assert sure.phase == "divide" and sure.committed == [5, 12, 13] and sure.shortcut == [13]
+
+
+def test_with_the_divide_shortcut_a_sure_semi_ar_block_takes_one_pass():
+    # every position at 0.99 (e.g. end-of-text padding): each block of 8 is one Divide step, as with Fast-dLLM
+    sure = lambda step, ids: profile(16, 0.99)       # noqa: E731
+    trace = run(sure, 16, mode="semi-ar", block_length=8, divide_shortcut=True)
+    assert phases(trace) == ["divide", "divide"] and [s.committed for s in trace.steps] == [list(range(8)),
+                                                                                            list(range(8, 16))]
+    assert all(sorted(s.seeds + s.shortcut) == s.committed for s in trace.steps)
+    assert run(sure, 16, mode="semi-ar", block_length=8).nfe > 2                 # seeds only: N = 4 a pass at most
+
+
 # ============================================================================ DiCo: rounds and Finalize
 
 @pytest.mark.parametrize("r_gate, after", [(0.5, "divide"), (0.3, "finalize")])

@@ -1,5 +1,6 @@
-"""Behaviour is pinned: every example prompt, method and mode commits what the golden decodes recorded, up to the
-order among near-tied positions (tests/near_ties.py), on this CPU and with another CPU's last bits (``logit_noise``).
+"""Behaviour is pinned: every example prompt, method and mode commits what the golden decodes recorded, and so do a
+few prompts decoded with the DiCo authors' code preset, up to the order among near-tied positions (tests/near_ties.py),
+on this CPU and with another CPU's last bits (``logit_noise``).
 
 The golden file was written by ``python tests/golden/make_golden.py`` with the real decoder on the
 embedded model; a refactor that changes one commit, token, seed or cluster fails here.
@@ -14,13 +15,21 @@ import dico
 from near_ties import TOLERANCE, first_difference
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "decodes.json").read_text())
-CASES = {f"{c['example']}-{c['method']}-{c['mode']}": c for c in GOLDEN["decodes"]}
+# DiCo with the authors' code preset (issue 29), recorded alike; each case carries the settings it was given.
+AUTHORS_CODE = json.loads((Path(__file__).parent / "golden" / "authors_code.json").read_text())
+
+
+def case_id(case: dict) -> str:
+    return f"{case['example']}-{case['method']}-{case['mode']}" + ("-authors-code" if "settings" in case else "")
+
+
+CASES = {case_id(c): c for c in GOLDEN["decodes"] + AUTHORS_CODE["decodes"]}
 # The noisy pass decodes one example of each family (word, list, free) with every method and mode: about 25 s
 # on 2 cores, where all 96 decodes again would add 80 s.
 NOISY_EXAMPLES = (0, 4, 8)
 PASSES = [pytest.param(case, "exact", id=f"exact-{name}") for name, case in CASES.items()] + \
          [pytest.param(case, "noisy", id=f"noisy-{name}") for name, case in CASES.items()
-          if case["example"] in NOISY_EXAMPLES]
+          if case["example"] in NOISY_EXAMPLES and "settings" not in case]
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +38,14 @@ def predictor():
 
 
 def test_golden_decodes_were_made_with_the_shipped_model_and_this_tolerance(predictor):
-    assert GOLDEN["model"] == predictor.name
-    assert GOLDEN["tie_tolerance"] == TOLERANCE
+    assert GOLDEN["model"] == AUTHORS_CODE["model"] == predictor.name
+    assert GOLDEN["tie_tolerance"] == AUTHORS_CODE["tie_tolerance"] == TOLERANCE
 
 
 @pytest.mark.parametrize("case, logit_noise", PASSES, indirect=["logit_noise"])
 def test_every_step_commits_what_the_golden_decode_committed(predictor, case, logit_noise):
     trace = dico.generate(predictor, case["prompt"], case["method"], mode=case["mode"], gen_length=case["gen_length"],
-                          block_length=case["block_length"])
+                          block_length=case["block_length"], settings=case.get("settings"))
     assert trace.nfe == case["nfe"]
     assert first_difference(case["steps"], case["text"], trace) is None
 

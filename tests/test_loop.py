@@ -9,6 +9,7 @@ stopping by closing it), request validation.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 import dico
 from dico import Trace, decode, generate
 from dico.loop import check_request
+from dico.trace import TraceError
 from standins import MASK_ID, random_predictor, scripted
 
 torch.set_num_threads(1)
@@ -29,7 +31,7 @@ SETTINGS = {
     "fast-factor": [{}, {"factor": 2.0}],
     "dico": [{}, {"guidance": False}, {"logit_margin": False}, {"guidance": False, "logit_margin": False},
              {"guidance_origin": "window-start"}, {"conquer": "threshold"}, {"seeds": 2, "gap": 0, "t_max": 2},
-             {"tau1": 0.1, "tau2": 0.3, "r_gate": 0.5}],
+             {"tau1": 0.1, "tau2": 0.3, "r_gate": 0.5}, {"authors_code": True}, {"divide_shortcut": True}],
 }
 VARIANTS = [(method, rule_settings) for method in dico.METHODS for rule_settings in SETTINGS[method]]
 VARIANT_IDS = [method + "".join(f"-{k}={v}" for k, v in s.items()) for method, s in VARIANTS]
@@ -129,12 +131,16 @@ def test_dico_divide_steps_commit_their_seeds_and_clusters_lie_in_the_window(rul
     req = data.draw(requests("dico", rule_settings))
     trace, _ = decode_request(req)
     n_seeds = trace.settings["seeds"]
-    assert n_seeds == rule_settings.get("seeds", 4 if req["mode"] == "semi-ar" else 8)
+    preset_n = 4 if req["mode"] == "semi-ar" or "authors_code" in rule_settings else 8     # the code's N is 4
+    assert n_seeds == rule_settings.get("seeds", preset_n)
     for step in trace.steps:
         if step.phase == "divide":
-            assert sorted(step.seeds) == step.committed and 1 <= len(step.seeds) <= n_seeds
+            assert sorted(step.seeds + step.shortcut) == step.committed and 1 <= len(step.seeds) <= n_seeds
+            assert not set(step.seeds) & set(step.shortcut)
         else:
-            assert step.seeds == []
+            assert step.seeds == [] and step.shortcut == []
+        if not rule_settings.get("divide_shortcut"):
+            assert step.shortcut == []
         start, end = step.window
         assert all(start <= a <= b < end for a, b in step.clusters)
         assert all(prev[1] < nxt[0] for prev, nxt in zip(step.clusters, step.clusters[1:]))
@@ -147,6 +153,20 @@ def test_the_trace_round_trips_through_json_losslessly(method, data):
     trace, _ = decode_request(data.draw(requests(method)))
     assert Trace.from_json(trace.to_json()) == trace
     assert Trace.from_json(trace.to_json(indent=1)) == trace
+
+
+def test_a_trace_written_before_divide_shortcut_commits_were_recorded_loads_with_none():
+    raw = json.loads((Path(__file__).parent / "golden" / "traces" / "word0-dico-non-ar.json").read_text())
+    for step in raw["steps"]:
+        step.pop("shortcut", None)
+    assert all(step.shortcut == [] for step in Trace.from_dict(raw).steps)
+
+
+def test_a_trace_whose_shortcut_commits_were_not_committed_is_refused():
+    raw = json.loads((Path(__file__).parent / "golden" / "traces" / "word0-dico-non-ar.json").read_text())
+    raw["steps"][0]["shortcut"] = [p for p in range(raw["gen_length"]) if p not in raw["steps"][0]["committed"]][:1]
+    with pytest.raises(TraceError, match=r"steps\[0\]\.shortcut"):
+        Trace.from_dict(raw)
 
 
 @pytest.mark.parametrize("method", dico.METHODS)

@@ -102,8 +102,9 @@ def test_importing_dico_and_its_trace_loads_neither_gradio_nor_plotly():
 
 
 # Setting names that are also the names of other things, so a word search cannot tell them apart: the
-# Conquer phase, a step's seed positions and guidance weights (trace fields), a figure's panel gap.
-OTHER_MEANINGS = {"conquer", "seeds", "guidance", "gap"}
+# Conquer phase, a step's seed positions, guidance weights and Divide shortcut commits (trace fields), a figure's
+# panel gap.
+OTHER_MEANINGS = {"conquer", "seeds", "guidance", "shortcut", "gap"}
 
 
 @pytest.mark.parametrize("name", [s.name for s in own_specs(DiCoSettings) if s.name not in OTHER_MEANINGS])

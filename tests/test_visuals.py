@@ -147,6 +147,28 @@ def test_trajectory_outlines_every_cluster_and_seed(trace):
     assert not by_name(bare, "clusters") and not by_name(bare, "seed")
 
 
+def _with_divide_shortcut(trace: Trace) -> tuple[Trace, set]:
+    """The trace as if its first Divide step with two seeds had committed its second seed above the shortcut."""
+    step = next(s for s in trace.steps if s.phase == "divide" and len(s.seeds) > 1)
+    step.shortcut, step.seeds = step.seeds[1:], step.seeds[:1]
+    return Trace.from_json(trace.to_json()), {(p, step.index) for p in step.shortcut}
+
+
+@pytest.mark.parametrize("name", DICO)
+def test_divide_shortcut_commits_are_drawn_apart_from_the_seeds_with_their_own_legend_entry(golden, name):
+    trace, sure = _with_divide_shortcut(copy.deepcopy(golden[name]))
+    k = next(p for _, p in sure)
+    for fig in (trajectory_figure(trace), cluster_figure(trace), step_view_figure(trace, k)):   # step view: grid, profile
+        (marks,) = [d for d in by_name(fig, "Divide shortcut commit") if d.showlegend is not False]
+        assert marks.marker.symbol == "diamond" and marks.marker.color != by_name(fig, "seed")[0].marker.color
+    for fig in (trajectory_figure(trace), cluster_figure(trace)):
+        (marks,), (seed,) = by_name(fig, "Divide shortcut commit"), by_name(fig, "seed")
+        assert set(zip(marks.x.tolist(), marks.y.tolist())) == sure
+        assert not sure & set(zip(seed.x.tolist(), seed.y.tolist()))
+    assert "above the shortcut" in step_view_figure(trace, k).layout.title.text
+    assert not by_name(trajectory_figure(golden[name]), "Divide shortcut commit")       # none without the setting
+
+
 def test_colour_bar_title_stays_clear_of_the_toolbar(trace):
     """Plotly's toolbar sits at the top right (Gradio stacks it down the side): the bar stands at the bottom,
     at most 55% of the plot's height, its title on its side."""

@@ -23,6 +23,10 @@ METHOD_COLORS = {"vanilla": OKABE_ITO["grey"], "fast": OKABE_ITO["orange"], "fas
                  "dico": OKABE_ITO["blue"]}
 METHOD_NAMES = METHOD_LABELS            # kept for old imports; the labels are declared once, in dico.settings
 COMMIT_COLOR, SEED_COLOR, CLUSTER_COLOR = OKABE_ITO["vermillion"], OKABE_ITO["yellow"], OKABE_ITO["black"]
+# A Divide step's commits above the shortcut (the Divide shortcut setting): beside the seeds, not seeds themselves.
+SHORTCUT = "Divide shortcut commit"
+SHORTCUT_MARKER = dict(symbol="diamond", size=8, color=OKABE_ITO["green"], line=dict(color="black", width=1))
+SHORTCUT_HOVER = "committed above the shortcut in Divide: position %{x}, step %{y}<extra></extra>"
 ANSWER_COLOR, PADDING_COLOR, BLOCK_COLOR = COMMIT_COLOR, "#7f7f7f", "#444444"
 ANSWER_COMMIT, PADDING_COMMIT = "answer commit", "padding commit"
 CONFIDENCES = ("raw", "guided")
@@ -235,9 +239,9 @@ def cluster_spans(trace: Trace, phase: str | None = None) -> np.ndarray:
     return np.array(rows, dtype=int).reshape(-1, 3)
 
 
-def seed_points(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """(positions, steps) of every seed."""
-    pairs = np.array([(p, s.index) for s in trace.steps for p in s.seeds], dtype=int).reshape(-1, 2)
+def seed_points(trace: Trace, what: str = "seeds") -> tuple[np.ndarray, np.ndarray]:
+    """(positions, steps) of every seed, or with ``what="shortcut"`` of every Divide shortcut commit."""
+    pairs = np.array([(p, s.index) for s in trace.steps for p in getattr(s, what)], dtype=int).reshape(-1, 2)
     return pairs[:, 0], pairs[:, 1]
 
 

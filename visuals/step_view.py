@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 
 from dico.trace import Trace
 from visuals._common import (ANSWER_COLOR, BLOCK_COLOR, CLUSTER_COLOR, COLORBAR, CONFIDENCE_AXIS, LEGEND_BELOW, MASK,
-                             OKABE_ITO, PADDING_COLOR, SEED_COLOR, TEMPLATE, Grid, answer_end_line, block_edges,
-                             block_lines, boxes, check_confidence, labels, subtitle)
+                             OKABE_ITO, PADDING_COLOR, SEED_COLOR, SHORTCUT, SHORTCUT_MARKER, TEMPLATE, Grid,
+                             answer_end_line, block_edges, block_lines, boxes, check_confidence, labels, subtitle)
 
 SEED_MARKER = dict(symbol="star", size=10, color=SEED_COLOR, line=dict(color="black", width=1))
 ROW_PX, PROFILE_PX, GAP_PX, TOP_PX, BOTTOM_PX = 30, 210, 80, 130, 140
@@ -110,6 +110,10 @@ def step_view_figure(trace: Trace, k: int, cols: int | None = None, confidence: 
         seeds = np.array(step.seeds)
         data.append(dict(type="scatter", x=seeds % cols + 0.36, y=seeds // cols - 0.3, mode="markers", name="seed",
                          marker=SEED_MARKER, hoverinfo="skip"))
+    if step.shortcut:
+        sure = np.array(step.shortcut)
+        data.append(dict(type="scatter", x=sure % cols + 0.36, y=sure // cols - 0.3, mode="markers", name=SHORTCUT,
+                         marker=SHORTCUT_MARKER, hoverinfo="skip"))
     for name, at, line in (("block boundary", block_edges(trace), dict(color=BLOCK_COLOR, width=2, dash="dash")),
                            ("answer end", [trace.answer_length] if 0 < trace.answer_length < n else [],
                             dict(color=ANSWER_COLOR, width=2, dash="dot"))):
@@ -118,6 +122,8 @@ def step_view_figure(trace: Trace, k: int, cols: int | None = None, confidence: 
             data.append(dict(type="scatter", x=ex, y=ey, mode="lines", line=line, hoverinfo="skip", name=name))
     clusters = ", ".join(f"[{a}, {b}]" for a, b in step.clusters[:8]) + (" …" if len(step.clusters) > 8 else "")
     seeds = ", ".join(map(str, step.seeds[:12])) + (" …" if len(step.seeds) > 12 else "")
+    if step.shortcut:
+        seeds += f" (+ {len(step.shortcut)} above the shortcut)"
     answer_now = int(g.answer[now].sum())
     note = (f"seeds: {seeds or 'none'} · clusters: {clusters or 'none'}.<br>Colour: confidence when committed; "
             f"{MASK}: still masked, shaded by its {'confidence' if confidence == 'raw' else 'score'} at step {k}.")
@@ -163,6 +169,9 @@ def _profile(trace: Trace, g: Grid, k: int) -> list[dict]:
     if step.seeds:
         out.append(dict(type="scatter", x=step.seeds, y=ranked[step.seeds], mode="markers", name="seed",
                         marker=SEED_MARKER, showlegend=False, hoverinfo="skip", **axes))
+    if step.shortcut:           # committed for their raw confidence, so drawn on it
+        out.append(dict(type="scatter", x=step.shortcut, y=g.conf[k][step.shortcut], mode="markers", name=SHORTCUT,
+                        marker=SHORTCUT_MARKER, showlegend=False, hoverinfo="skip", **axes))
     needed = step.seed_threshold if step.phase == "divide" else None
     if needed is not None:
         out.append(dict(type="scatter", x=[-0.5, trace.gen_length - 0.5], y=[needed, needed], mode="lines",

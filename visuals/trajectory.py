@@ -9,9 +9,10 @@ import plotly.graph_objects as go
 
 from dico.trace import Trace
 from visuals._common import (CLUSTER_COLOR, CONFIDENCE_AXIS, FRAME, LEGEND_BELOW, PADDING_COLOR, PHASE_COLORS,
-                             SEED_COLOR, TEMPLATE, Grid, answer_end_line, answer_end_note, axis_ids, block_lines, boxes,
-                             check_confidence, cluster_spans, commit_markers, figure, labels, method_name, notice,
-                             panel_row, run_name, seed_points, subtitle)
+                             SEED_COLOR, SHORTCUT, SHORTCUT_HOVER, SHORTCUT_MARKER, TEMPLATE, Grid, answer_end_line,
+                             answer_end_note, axis_ids, block_lines, boxes, check_confidence, cluster_spans,
+                             commit_markers, figure, labels, method_name, notice, panel_row, run_name, seed_points,
+                             subtitle)
 
 STEP_AXIS = dict(title="step (one forward pass each)", autorange="reversed", showgrid=False, zeroline=False)
 POSITION_AXIS = dict(title="response position", showgrid=False, zeroline=False)
@@ -78,6 +79,10 @@ def _trajectory_traces(trace: Trace, show_clusters: bool, shown: set, axes: dict
     if show_clusters and len(seed_x):
         layers.append(dict(type="scatter", x=seed_x, y=seed_y, mode="markers", marker=SEED_MARKER,
                            hovertemplate="seed at position %{x}, step %{y}<extra></extra>", **legend("seed")))
+    sure_x, sure_y = seed_points(trace, "shortcut")
+    if show_clusters and len(sure_x):
+        layers.append(dict(type="scatter", x=sure_x, y=sure_y, mode="markers", marker=SHORTCUT_MARKER,
+                           hovertemplate=SHORTCUT_HOVER, **legend(SHORTCUT)))
     spans = cluster_spans(trace)
     if show_clusters and len(spans):
         x, y = boxes(spans)
@@ -170,6 +175,10 @@ def cluster_figure(trace: Trace) -> go.Figure:
                              hoverinfo="text"))
     data.append(dict(type="scatter", x=seed_x, y=seed_y, mode="markers", name="seed", marker=SEED_MARKER,
                      hovertemplate="seed at position %{x}, step %{y}<extra></extra>"))
+    sure_x, sure_y = seed_points(trace, "shortcut")
+    if len(sure_x):
+        data.append(dict(type="scatter", x=sure_x, y=sure_y, mode="markers", name=SHORTCUT, marker=SHORTCUT_MARKER,
+                         hovertemplate=SHORTCUT_HOVER))
     shapes = _marks(trace)
     if trace.answer_length < trace.gen_length:       # the padding region, greyed as its commits are elsewhere
         shapes.insert(0, dict(type="rect", name="padding", layer="below", x0=trace.answer_length - 0.5,

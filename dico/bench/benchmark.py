@@ -6,6 +6,7 @@
     python -m dico.bench ablation margin      # Finalize with and without the logit margin
     python -m dico.bench ablation seeds       # N in {2, 4, 6, 8, 10}
     python -m dico.bench ablation conquer     # adaptive (factor) vs fixed-threshold Conquer
+    python -m dico.bench ablation authors     # each authors' code Conquer choice and the Divide shortcut alone
     python -m dico.bench throughput           # tokens/s at batch 1, 8 and 32 on the same items, side by side
     python -m dico.bench speed                # selection time per step against the forward pass, gen_length 256
     python -m dico.bench readme               # rewrite README's benchmark block from assets/bench
@@ -40,9 +41,12 @@ BATCH_SIZE = 8
 THROUGHPUT_BATCHES = (1, 8, 32)
 Z95 = 1.959964
 
-TABLE = [(METHOD_LABELS[m], m, {}) for m in METHODS]     # every method at its paper settings
+METHOD_ROWS = [(METHOD_LABELS[m], m, {}) for m in METHODS]     # every method at its paper settings
+# Table 1 also decodes DiCo as the authors' release does (dico.settings.AUTHORS_CODE), beside the paper's DiCo.
+AUTHORS_ROW = ("DiCo (authors' code)", "dico", {"authors_code": True})
+TABLE = METHOD_ROWS + [AUTHORS_ROW]
 ABLATION_SCOPE = {"tg": (("word",), ("non-ar",)), "margin": (("word",), MODES),
-                  "seeds": (("word",), ("non-ar",)), "conquer": (("word",), ("non-ar",))}
+                  "seeds": (("word",), ("non-ar",)), "conquer": (("word",), ("non-ar",)), "authors": (("word",), MODES)}
 
 
 def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -160,8 +164,8 @@ def throughput(predictor, n_items: int, batches=THROUGHPUT_BATCHES, gen_length: 
 
     prompts = [item.prompt for family in tasks.FAMILIES for item in tasks.make_split(family, "test", n_items)]
     rows = []
-    bar = tqdm(total=len(TABLE) * len(batches), desc="throughput", unit="run", disable=not progress)
-    for label, method, settings in TABLE:
+    bar = tqdm(total=len(METHOD_ROWS) * len(batches), desc="throughput", unit="run", disable=not progress)
+    for label, method, settings in METHOD_ROWS:
         texts, base = None, None
         for batch_size in batches:
             start = time.perf_counter()
@@ -188,7 +192,7 @@ def speed(predictor, n_items: int, gen_length: int = 256) -> list[dict]:
 
     rows = []
     items = tasks.make_split("word", "test", n_items)
-    for label, method, settings in TABLE:
+    for label, method, settings in METHOD_ROWS:
         steps = [s for item in items for s in generate(predictor, item.prompt, method, gen_length=gen_length,
                                                        settings=settings).steps]
         forward = statistics.median(s.forward_s for s in steps)
@@ -232,7 +236,8 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("what", nargs="*", default=[],
-                        help="'ablation tg|margin|seeds|conquer', 'throughput', 'speed', 'readme', or nothing for Table 1")
+                        help=f"'ablation {'|'.join(ABLATIONS)}', 'throughput', 'speed', 'readme', or nothing for "
+                        "Table 1")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_ITEMS} items per family, gen 96/32 only")
     parser.add_argument("--items", type=int, default=None, help=f"items per task family (default {FULL_ITEMS})")
     parser.add_argument("--model", default=None, help="hub id or folder (default: the embedded model)")

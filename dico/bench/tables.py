@@ -85,7 +85,8 @@ def throughput_markdown(rows) -> str:
     return "\n".join(lines)
 
 
-README_RESULTS = ("table1", "table1_256", "throughput", "ablation_tg", "ablation_margin", "ablation_seeds", "ablation_conquer")
+README_RESULTS = ("table1", "table1_256", "throughput", "ablation_tg", "ablation_margin", "ablation_seeds", "ablation_conquer",
+                  "ablation_authors")
 README_MARKERS = ("<!-- bench:start -->", "<!-- bench:end -->")
 
 

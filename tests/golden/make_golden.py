@@ -9,6 +9,10 @@ Two files, both produced by the real decoder on the embedded model:
   the same commits up to the order among near-tied positions (tests/near_ties.py): a refactor must not
   change behaviour, commit for commit, and another CPU's last bits may only reorder near ties.
 - ``traces/*.json``: a few full traces (confidence, prediction, attention) that the figure tests draw.
+- ``authors_code.json``: three example prompts (a word problem, a list, a free prompt) x both modes decoded
+  by DiCo with the authors' code preset
+  (``{"authors_code": true}``, ``dico.settings.AUTHORS_CODE``), in the format of ``decodes.json`` plus the
+  settings each decode was given; ``tests/test_golden.py`` checks them the same way.
 
 Rerun it only when decoding is meant to change (a new embedded model, a deliberate rule change), and
 say so in the commit.
@@ -52,6 +56,10 @@ def decode_keeping_scores(predictor, prompt: str, method: str, **options):
     return run.close(), ranked
 
 
+# The authors' code preset on a word problem, a list and a free prompt (semi-AR is where it decodes otherwise).
+PRESET, PRESET_EXAMPLES = {"authors_code": True}, (0, 4, 9)
+
+
 def commits(trace, ranked) -> list:
     steps = []
     for s, values in zip(trace.steps, ranked):
@@ -66,20 +74,36 @@ def main() -> None:
     decodes = []
     (HERE / "traces").mkdir(exist_ok=True)
     for i, example in enumerate(examples):
-        for mode, block_length in MODES.items():
+        for mode in MODES:
             for method in dico.METHODS:
                 full = (i, method, mode) in FULL
-                trace, ranked = decode_keeping_scores(predictor, example["prompt"], method, mode=mode,
-                                                      gen_length=GEN_LENGTH, block_length=block_length,
-                                                      capture_attention=full and method == "dico")
-                decodes.append({"example": i, "method": method, "mode": mode, "prompt": example["prompt"],
-                                "gen_length": GEN_LENGTH, "block_length": block_length, "nfe": trace.nfe,
-                                "text": trace.text, "steps": commits(trace, ranked)})
+                entry, trace = decoded(predictor, i, example, method, mode, capture_attention=full and method == "dico")
+                decodes.append(entry)
                 if full:
                     trace.save(HERE / "traces" / f"{example['family']}{i}-{method}-{mode}.json")
     golden = {"model": predictor.name, "tie_tolerance": near.TOLERANCE, "decodes": decodes}
     (HERE / "decodes.json").write_text(json.dumps(golden, separators=(",", ":")))
     print(f"{len(decodes)} decodes, {len(FULL)} full traces written under {HERE}")
+    authors_code(predictor, examples)
+
+
+def decoded(predictor, i: int, example: dict, method: str, mode: str, settings: dict | None = None,
+            capture_attention: bool = False) -> tuple[dict, dico.Trace]:
+    """One golden decode (the request and the commits of every step) and its trace."""
+    trace, ranked = decode_keeping_scores(predictor, example["prompt"], method, mode=mode, gen_length=GEN_LENGTH,
+                                          block_length=MODES[mode], settings=settings,
+                                          capture_attention=capture_attention)
+    return {"example": i, "method": method, "mode": mode, "prompt": example["prompt"], "gen_length": GEN_LENGTH,
+            "block_length": MODES[mode], "nfe": trace.nfe, "text": trace.text, "steps": commits(trace, ranked),
+            **({"settings": settings} if settings else {})}, trace
+
+
+def authors_code(predictor, examples) -> None:
+    """DiCo with the authors' code preset on a few examples, both modes (``authors_code.json``)."""
+    decodes = [decoded(predictor, i, examples[i], "dico", mode, PRESET)[0] for i in PRESET_EXAMPLES for mode in MODES]
+    golden = {"model": predictor.name, "tie_tolerance": near.TOLERANCE, "decodes": decodes}
+    (HERE / "authors_code.json").write_text(json.dumps(golden, separators=(",", ":")))
+    print(f"{len(decodes)} decodes with {PRESET} written under {HERE}")
 
 
 if __name__ == "__main__":
