@@ -133,28 +133,28 @@ def _refuse(message: str, title: str, raise_errors: bool):
 
 
 def _stream(request, make_request, raise_errors: bool = True):
-    """Clear the page, check the request, wait for a decoder, stream the race, then draw everything from the
-    traces. A run past the line's size is refused at once with the wait it would have had."""
+    """Join the line, clear the page, check the request, wait for a decoder, stream the race, then draw
+    everything from the traces. A run past the line's size is refused at once with the wait it would have had."""
     session = runs.session_of(request)
     since = runs.asked(session)
     if runs.stopped_since(session, since):
         yield ("Stopped before it started: Stop was pressed while this run waited in the queue.",) + \
             tuple(gr.skip() for _ in RESULTS[1:])
         return
-    yield cleared("Checking the request…")
-    try:
-        req = make_request()
-        predictor, warnings, outside = check(req)
-    except ValueError as exc:
-        yield from _refuse(str(exc), "Cannot run", raise_errors)
-        return
-    for warning in warnings:
-        gr.Warning(clean(warning))
     ticket = runs.LINE.join(session)
     if ticket is None:
         yield from _refuse(runs.busy(), "Busy", raise_errors)
         return
     try:
+        yield cleared("Checking the request…")
+        try:
+            req = make_request()
+            predictor, warnings, outside = check(req)
+        except ValueError as exc:
+            yield from _refuse(str(exc), "Cannot run", raise_errors)
+            return
+        for warning in warnings:
+            gr.Warning(clean(warning))
         while not runs.LINE.wait(ticket, timeout=1.0):
             why = runs.ended(session, since)
             if why == "gone":
