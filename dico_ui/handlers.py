@@ -158,6 +158,7 @@ def _stream(request, make_request, raise_errors: bool = True):
         while not runs.LINE.wait(ticket, timeout=1.0):
             why = runs.ended(session, since)
             if why == "gone":
+                runs.forget_session(session)
                 return
             if why:
                 yield ("Stopped before it started: you left the line.",) + tuple(gr.skip() for _ in RESULTS[1:])
@@ -177,7 +178,7 @@ def _race(session: str, since: float, req, predictor, outside: str):
     frame, why, failed = None, None, None
     frames = decode_race(req)
     try:
-        while not (why := runs.ended(session, since, started)):
+        while not (why := runs.ended(session, since, started if frame else None)):    # a run shows a step
             try:
                 frame = next(frames)
             except StopIteration:
@@ -196,7 +197,8 @@ def _race(session: str, since: float, req, predictor, outside: str):
                 + skip
     finally:
         frames.close()
-    if why == "gone":                           # nobody will see the figures: draw none
+    if why == "gone":          # nobody will see the figures: draw none; gradio just revived the session, drop it
+        runs.forget_session(session)
         return
     mark_warm(req.model)
     if frame is not None and not frame.finished:
@@ -207,8 +209,8 @@ def _race(session: str, since: float, req, predictor, outside: str):
         return
     took = f"in {time.perf_counter() - started:.1f} s on {clean(describe(predictor))}{cold}"
     if failed:
-        verb = (f"**The run failed**: {failure(failed)}. The partial answers up to step {frame.round} stay on "
-                f"screen; press Run to try again. Ran")
+        verb = (f"**The run failed**: {failure(failed)}. The partial answers (up to step "
+                f"{max(t.nfe for t in frame.traces)}) stay on screen; press Run to try again. Ran")
     elif why == "time":
         verb = (f"Stopped at the time limit ({LIMITS.run_seconds:.0f} s a run on this shared server) at step "
                 f"{frame.round}; the partial answers and figures stay on screen. Ran")

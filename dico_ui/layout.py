@@ -88,7 +88,7 @@ def stamp(trigger):
 
 
 def build_demo() -> gr.Blocks:
-    examples, examples_notice = load_examples()
+    examples, examples_notice = load_examples(EXAMPLES)
     with gr.Blocks(theme=THEME, css=prose("style.css"), title="DiCo Explorer", delete_cache=(1800, 3600)) as demo:
         # A page's traces: dropped when the page closes (handlers.closed), LIMITS.session_ttl_s after the last
         # write, or when LIMITS.sessions newer sessions push it out (launch's state_session_capacity).

@@ -17,14 +17,14 @@ class Limits:
     max_gen_length: int = 256       # response positions a run may ask for
     # --- memory
     sessions: int = 200             # sessions whose state (traces on screen) is kept, least recently used first out
-    session_ttl_s: float = 1800.0   # a session's traces are dropped this long after its last run or replay
+    session_ttl_s: float = 1800.0   # a page's traces are dropped this long after the run (or upload) that wrote them
     flags: int = 1024               # entries of each small per-session table (Run clicks, Stops, closed pages)
-    flag_ttl_s: float = 3600.0      # ... and how long an entry is kept
+    flag_ttl_s: float = 3600.0      # how long an entry of those tables is kept
     run_times: int = 32             # recent run durations kept to estimate the wait
     # --- disk
     downloads: int = 200            # trace files kept for download; older ones go first
     download_ttl_s: float = 1800.0  # a trace file is removed this long after it was written
-    download_grace_s: float = 300.0  # ... but never before this (the page is still fetching it)
+    download_grace_s: float = 300.0  # no trace file younger than this is removed (its page may still fetch it)
     # --- gradio's own
     gradio_queue: int = 256         # gradio's queue, a backstop far above `queue`: overload gets the app's words
     threads: int = 64               # gradio's worker threads: every admitted run plus the page's small events

@@ -13,7 +13,7 @@ import gradio as gr
 
 from dico_ui.bounded import Bounded, Line, about
 from dico_ui.limits import LIMITS
-from dico_ui.serve import client_connected, forget_session
+from dico_ui.serve import client_connected, forget_session  # noqa: F401  (handlers use forget_session too)
 
 log = logging.getLogger("dico_ui")
 LINE = Line(LIMITS.decoders, LIMITS.queue, history=LIMITS.run_times)

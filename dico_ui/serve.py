@@ -1,7 +1,7 @@
 """Serving: the launch options shared by ``python app.py`` and the test server, a middleware that keeps the
 page from loading anything beyond this server, and the two places the app reads gradio 5.50's session and
-queue tables (``client_connected``, ``forget_session``; tests/test_app_upkeep.py checks both against the
-pinned gradio)."""
+queue tables (``client_connected``, ``forget_session``; tests/test_app_api.py checks both against the pinned
+gradio)."""
 from __future__ import annotations
 
 import re
@@ -66,13 +66,21 @@ def client_connected() -> bool:
 
 def forget_session(session: str) -> None:
     """Drop a closed page's session state now: gradio keeps it an hour after the page closes, and keeps every
-    session's per-page copy of the components until ``state_session_capacity`` pushes it out."""
+    session's per-page copy of the components until ``state_session_capacity`` pushes it out. Done on the event
+    loop, where gradio sweeps that table every second (a change from another thread could break its sweep)."""
     holder = getattr(_blocks(), "state_holder", None)
     if holder is None:
         return
-    with holder.lock:
-        holder.session_data.pop(session, None)
-        holder.time_last_used.pop(session, None)
+
+    def drop():
+        with holder.lock:
+            holder.session_data.pop(session, None)
+            holder.time_last_used.pop(session, None)
+    try:
+        from anyio.from_thread import run_sync
+        run_sync(drop)                   # from a handler's worker thread
+    except RuntimeError:                 # already on the event loop (an async handler)
+        drop()
 
 
 # demo.launch(**LAUNCH): the same options for `python app.py` and the test server.
