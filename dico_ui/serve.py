@@ -1,6 +1,6 @@
 """Serving: the launch options shared by ``python app.py`` and the test server, a middleware that keeps the
 page from loading anything beyond this server, and the two places the app reads gradio 5.50's session and
-queue tables (``client_connected``, ``forget_session``; tests/test_app_api.py checks both against the pinned
+queue tables (``client_connected``, ``forget_session``; tests/test_app_api.py runs both against the pinned
 gradio)."""
 from __future__ import annotations
 

@@ -123,21 +123,9 @@ def test_a_model_error_mid_decode_ends_that_run_only(client, app_module, predict
 
 
 def test_a_client_that_leaves_stops_its_decode_and_its_state_is_freed(app_url, app_module, predictor, monkeypatch,
-                                                                     wait_until):
-    from dico_ui import handlers as h
+                                                                     counted_race, wait_until):
     monkeypatch.setenv("GRADIO_IS_E2E_TEST", "1")           # gradio's heartbeat every 0.25 s instead of 15 s
-    seen, original = {"rounds": 0, "closed": False}, h.decode_race
-
-    def counted(req):
-        frames = original(req)
-        try:
-            for frame in frames:
-                seen["rounds"] += 1
-                yield frame
-        finally:
-            seen["closed"] = True
-            frames.close()
-    monkeypatch.setattr(h, "decode_race", counted)
+    seen = counted_race
     leaving = Client(app_url, verbose=False)
     job = leaving.submit(PROMPT, "dico-tiny", "non-ar", 256, 16, ["vanilla"], "", True, api_name="/run")
     wait_until(lambda: seen["rounds"] >= 2, 120, "the race to start")

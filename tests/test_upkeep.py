@@ -131,26 +131,8 @@ def test_clean_up_keeps_a_cap_and_spares_young_files(tmp_path):
 
 # ============================================================================ runs that must end
 
-def _counting(monkeypatch):
-    """Wrap the race so a test sees how many rounds were computed and whether it was closed."""
-    seen = {"rounds": 0, "closed": False}
-    original = h.decode_race
-
-    def counted(req):
-        frames = original(req)
-        try:
-            for frame in frames:
-                seen["rounds"] += 1
-                yield frame
-        finally:
-            seen["closed"] = True
-            frames.close()
-    monkeypatch.setattr(h, "decode_race", counted)
-    return seen
-
-
-def test_a_closed_page_stops_its_decode_before_the_next_step_and_draws_nothing(app_module, predictor, monkeypatch):
-    seen = _counting(monkeypatch)
+def test_a_closed_page_stops_its_decode_before_the_next_step_and_draws_nothing(predictor, counted_race):
+    seen = counted_race
     stream = run_api("closing")
     next(stream)                                         # cleared
     assert "decoding" in next(stream)[1]                # a live frame
