@@ -121,9 +121,12 @@ class Line:
             waiting = self._waiting.index(ticket) if ticket in self._waiting else 0
             return len(self._decoding) + waiting if ticket not in self._decoding else 0
 
-    def holds(self, session: str) -> bool:
+    def holds(self, session: str) -> str | None:
+        """Whether ``session`` has a run here: "decoding", "waiting" or None."""
         with self._changed:
-            return any(t.session == session for t in itertools.chain(self._waiting, self._decoding))
+            if any(t.session == session for t in self._decoding):
+                return "decoding"
+            return "waiting" if any(t.session == session for t in self._waiting) else None
 
     def run_s(self) -> float:
         """A typical run's duration: the median of the recent ones (a guess before any)."""

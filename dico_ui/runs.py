@@ -45,8 +45,11 @@ def stop(request: gr.Request):
     step k", partial answers and figures); a run or replay still waiting ends as soon as it sees it."""
     session = session_of(request)
     _stops[session] = time.monotonic()
-    if LINE.holds(session):
+    held = LINE.holds(session)
+    if held == "decoding":
         return "Stopping after the current step…"
+    if held == "waiting":
+        return "Leaving the line…"
     return "Stopped: nothing of yours was decoding; a queued run is cancelled before it starts."
 
 

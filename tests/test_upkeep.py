@@ -65,7 +65,8 @@ def test_the_line_admits_its_size_decodes_in_order_and_refuses_the_rest():
     first, second, third = (line.join(s) for s in ("a", "b", "c"))
     assert line.join("d") is None                                  # full: refused at once
     assert line.wait(first, 0) and not line.wait(third, 0) and not line.wait(second, 0)
-    assert line.ahead(second) == 1 and line.ahead(third) == 2 and line.holds("c") and not line.holds("d")
+    assert line.ahead(second) == 1 and line.ahead(third) == 2 and line.holds("c") == "waiting"
+    assert line.holds("a") == "decoding" and line.holds("d") is None
     assert line.wait_s(line.ahead(third)) == 20                    # two runs of the 10 s guess before it
     clock.now = 4
     line.leave(first)                                              # took 4 s: the estimate follows
