@@ -133,7 +133,7 @@ def _refuse(message: str, title: str, raise_errors: bool):
 
 
 def _stream(request, make_request, raise_errors: bool = True):
-    """Join the line, clear the page, check the request, wait for a decoder, stream the race, then draw
+    """Join the line, check the request, wait for a decoder, clear the page, stream the race, then draw
     everything from the traces. A run past the line's size is refused at once with the wait it would have had."""
     session = runs.session_of(request)
     since = runs.asked(session)
@@ -146,11 +146,11 @@ def _stream(request, make_request, raise_errors: bool = True):
         yield from _refuse(runs.busy(), "Busy", raise_errors)
         return
     try:
-        yield cleared("Checking the request…")
         try:
             req = make_request()
             predictor, warnings, outside = check(req)
-        except ValueError as exc:
+        except ValueError as exc:                    # an error never leaves the previous run's figures
+            yield cleared("Checking the request…")
             yield from _refuse(str(exc), "Cannot run", raise_errors)
             return
         for warning in warnings:
@@ -163,7 +163,8 @@ def _stream(request, make_request, raise_errors: bool = True):
             if why:
                 yield ("Stopped before it started: you left the line.",) + tuple(gr.skip() for _ in RESULTS[1:])
                 return
-            yield (runs.waiting(ticket),) + tuple(gr.skip() for _ in RESULTS[1:])
+            yield (runs.waiting(ticket),) + tuple(gr.skip() for _ in RESULTS[1:])    # the last run stays meanwhile
+        yield cleared("Starting…")
         yield from _race(session, since, req, predictor, outside)
     finally:
         runs.LINE.leave(ticket)
