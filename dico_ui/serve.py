@@ -66,16 +66,24 @@ def client_connected() -> bool:
 
 def forget_session(session: str) -> None:
     """Drop a closed page's session state now: gradio keeps it an hour after the page closes, and keeps every
-    session's per-page copy of the components until ``state_session_capacity`` pushes it out. Done on the event
-    loop, where gradio sweeps that table every second (a change from another thread could break its sweep)."""
-    holder = getattr(_blocks(), "state_holder", None)
-    if holder is None:
+    session's per-page copy of the components until ``state_session_capacity`` pushes it out. Also the finished
+    events of sessions no longer kept, which gradio never drops (each holds its request and inputs). Done on the
+    event loop, where gradio sweeps and fills those tables (a change from another thread could break a sweep)."""
+    blocks = _blocks()
+    holder, queue = getattr(blocks, "state_holder", None), getattr(blocks, "_queue", None)
+    if holder is None or queue is None:
         return
 
     def drop():
         with holder.lock:
             holder.session_data.pop(session, None)
             holder.time_last_used.pop(session, None)
+            kept = set(holder.session_data)
+        running = {event._id for job in queue.active_jobs if job for event in job}
+        done = [event_id for event_id, event in queue.event_ids_to_events.items()
+                if event_id not in running and (event.session_hash == session or event.session_hash not in kept)]
+        for event_id in done:
+            queue.event_ids_to_events.pop(event_id, None)
     try:
         from anyio.from_thread import run_sync
         run_sync(drop)                   # from a handler's worker thread

@@ -135,3 +135,10 @@ def test_a_client_that_leaves_stops_its_decode_and_its_state_is_freed(app_url, a
     assert seen["rounds"] < 256
     wait_until(lambda: leaving.session_hash not in app_module.demo.state_holder, 30, "the session to be forgotten")
     job.cancel()
+    later = Client(app_url, verbose=False)              # its finished events go when a later page closes
+    later.predict(PROMPT, "dico-tiny", "non-ar", 8, 16, ["dico"], "", True, api_name="/run")
+    later.close()
+    events = app_module.demo._queue.event_ids_to_events
+    wait_until(lambda: not [e for e in list(events.values()) if e.session_hash in (leaving.session_hash,
+                                                                                later.session_hash)],
+               30, "the finished events of closed pages to be dropped")
