@@ -155,14 +155,17 @@ def _stream(request, make_request, raise_errors: bool = True):
             return
         for warning in warnings:
             gr.Warning(clean(warning))
-        while not runs.LINE.wait(ticket, timeout=1.0):
-            why = runs.ended(session, since)
+        while True:
+            turn = runs.LINE.wait(ticket, timeout=1.0)
+            why = runs.ended(session, since)             # asked after the turn too: a Stop meanwhile still counts
             if why == "gone":
                 runs.forget_session(session)
                 return
             if why:
                 yield ("Stopped before it started: you left the line.",) + tuple(gr.skip() for _ in RESULTS[1:])
                 return
+            if turn:
+                break
             yield (runs.waiting(ticket),) + tuple(gr.skip() for _ in RESULTS[1:])    # the last run stays meanwhile
         yield cleared("Starting…")
         yield from _race(session, since, req, predictor, outside)

@@ -1,7 +1,6 @@
 """What keeps the public demo up, without a server: the stores that forget (a clock moved by hand), the line of
 runs, the download clean-up racing other processes, a closed page ending its run, a fault mid-decode, Stop when
 the race runs in another process, and a broken shipped example."""
-import asyncio
 import multiprocessing
 import os
 import threading
@@ -31,6 +30,13 @@ class Clock:
 class Session:
     def __init__(self, name):
         self.session_hash = name
+
+
+def close_page(name):
+    """gradio's unload for this page: an async handler that never awaits, run to its end here (a test may already
+    be inside an event loop, so no asyncio.run)."""
+    with pytest.raises(StopIteration):
+        runs.closed(Session(name)).send(None)
 
 
 def run_api(session, gen_length=96, methods=("vanilla", "fast", "dico")):
@@ -138,7 +144,7 @@ def test_a_closed_page_stops_its_decode_before_the_next_step_and_draws_nothing(p
     next(stream)                                         # cleared
     assert "decoding" in next(stream)[1]                # a live frame
     computed = seen["rounds"]
-    asyncio.run(runs.closed(Session("closing")))        # gradio's unload for this page
+    close_page("closing")                  # gradio's unload for this page
     assert list(stream) == []                            # no figures for nobody
     assert seen["rounds"] == computed and seen["closed"] and not runs.LINE.holds("closing")
 
@@ -150,7 +156,7 @@ def test_a_closed_pages_waiting_run_leaves_the_line(app_module, predictor, monke
     stream = run_api("queued-then-closed")
     next(stream)
     assert next(stream)[0].startswith("Waiting for a free decoder: 1 run ahead")
-    asyncio.run(runs.closed(Session("queued-then-closed")))
+    close_page("queued-then-closed")
     assert list(stream) == [] and not runs.LINE.holds("queued-then-closed")
 
 
