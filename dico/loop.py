@@ -197,20 +197,40 @@ class Decoding:
         if self.finished:
             return self.trace
         self.finished = True
-        trace, predictor = self.trace, self.predictor
-        trace.stopped = not self.done
-        trace.response = self.ids[0, self.m:].tolist()
-        for token in set(trace.response) - self.vocab.keys():
-            self.vocab[token] = predictor.token_text(token)
-        trace.vocab = {str(k): v for k, v in sorted(self.vocab.items())}
-        trace.text = predictor.decode(trace.response)
-        trace.nfe = len(trace.steps)
-        trace.wall_s = round(time.perf_counter() - self.started, 6)
-        decoded = sum(len(s.committed) for s in trace.steps)
-        trace.tokens_per_s = round(decoded / trace.wall_s, 3) if trace.wall_s > 0 else 0.0
-        trace.set_answer(predictor.answer_length(trace.response))
-        trace.attention = self.attention.result() if self.attention is not None else None
-        return trace
+        finish(self.trace, self.predictor, self.ids[0, self.m:].tolist(), self.vocab, stopped=not self.done,
+               wall_s=time.perf_counter() - self.started)
+        self.trace.attention = self.attention.result() if self.attention is not None else None
+        return self.trace
+
+
+def finish(trace: Trace, predictor: MaskPredictor, response: list[int], vocab: dict[int, str], stopped: bool,
+           wall_s: float) -> Trace:
+    """Close ``trace`` on its final response ids: text, vocabulary, answer length and timing."""
+    trace.stopped = stopped
+    trace.response = response
+    for token in set(response) - vocab.keys():
+        vocab[token] = predictor.token_text(token)
+    trace.vocab = {str(k): v for k, v in sorted(vocab.items())}
+    trace.text = predictor.decode(response)
+    trace.nfe = len(trace.steps)
+    trace.wall_s = round(wall_s, 6)
+    decoded = sum(len(s.committed) for s in trace.steps)
+    trace.tokens_per_s = round(decoded / trace.wall_s, 3) if trace.wall_s > 0 else 0.0
+    trace.set_answer(predictor.answer_length(response))
+    return trace
+
+
+def close_snapshot(predictor: MaskPredictor, trace: Trace) -> Trace:
+    """Finish, as stopped, a copy of a running trace from its steps alone: the copy a worker process sent back
+    before its run was closed there (ZeroGPU). Its attention maps stayed with the run."""
+    response = [predictor.mask_id] * trace.gen_length
+    vocab: dict[int, str] = {}
+    for step in trace.steps:
+        for pos, token in zip(step.committed, step.tokens):
+            response[pos] = token
+        vocab.update((t, predictor.token_text(t)) for t in set(step.prediction) - {None} - vocab.keys())
+    return finish(trace, predictor, response, vocab, stopped=True,
+                  wall_s=sum(s.forward_s + s.select_s for s in trace.steps))
 
 
 def _masked_list(values: torch.Tensor, masked: list[bool]) -> list[float | None]:

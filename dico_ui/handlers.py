@@ -9,34 +9,31 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import gradio as gr
 
 import visuals
-from dico.trace import MAX_JSON_BYTES, Trace, bundle_json, read_traces
-from dico_ui import render
+from dico.trace import MAX_JSON_BYTES, Trace, read_traces
+from dico_ui import render, runs
 from dico_ui.about import about_text
+from dico_ui.downloads import write_bundle
+from dico_ui.limits import LIMITS
 from dico_ui.models import EMBEDDED_NAME, HUB_MODELS, describe, get_predictor, gpu, is_warm, mark_warm
-from dico_ui.race import Frame, race, replay
+from dico_ui.race import Frame, LaneFailed, race, replay, settle
 from dico_ui.request import build_request, check, settings_from_controls, settings_from_json
+from dico_ui.runs import clicked, closed, stop  # noqa: F401  (wired in layout)
 from dico_ui.text import clean
 
 log = logging.getLogger("dico_ui")
 RESULTS = ("status", "answers", "trajectory", "phases", "clusters", "side_by_side", "masked", "table", "attention",
            "step_run", "step", "step_view", "step_text", "download", "about", "traces")
 EXAMPLE_RUN = Path(__file__).resolve().parent.parent / "assets" / "ui" / "example_run.json"
-DOWNLOADS = Path(tempfile.gettempdir()) / "dico-explorer"
 STREAM_INTERVAL = 0.15      # s between streamed frames: enough to watch, few enough for a slow connection
 MAX_SPEED = 50              # replay speed limit, steps per second
-# Stop is cooperative: a run stops when its session pressed Stop after the run was asked for (its click, or its
-# start for API calls); a run still queued when Stop was pressed ends as soon as it starts. No thread is killed.
-_clicks: dict[str, float] = {}    # session -> when Run (or Replay) was last clicked
-_stops: dict[str, float] = {}     # session -> when Stop was last pressed
-_live: dict[str, Frame] = {}      # session -> the race on screen
+EXPIRED = ("This page's run is no longer kept on the server (a run is kept "
+           f"{LIMITS.session_ttl_s / 60:.0f} minutes after it finishes); press **Run** to decode again.")
 
 
 # ============================================================================ errors
@@ -116,91 +113,123 @@ def banner(outside: str) -> str:
     return f'<div class="banner" role="alert">⚠ {clean(outside)}</div>' if outside else ""
 
 
-def write_bundle(traces: list[Trace]) -> str:
-    """The run's traces as one JSON file to download; files older than an hour are removed."""
-    DOWNLOADS.mkdir(parents=True, exist_ok=True)
-    for old in DOWNLOADS.glob("dico-traces-*.json"):
-        if time.time() - old.stat().st_mtime > 3600:
-            old.unlink(missing_ok=True)
-    path = DOWNLOADS / f"dico-traces-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}.json"
-    path.write_text(bundle_json(traces))
-    return str(path)
-
-
 # ============================================================================ the run
 
 @gpu
-def decode_race(req, session: str, since: float):
-    """The only function that runs the model (on ZeroGPU it gets the GPU; its arguments are plain data)."""
-    predictor = get_predictor(req.model)
-    yield from race(predictor, req, should_stop=lambda: stopped_since(session, since))
+def decode_race(req):
+    """The only function that runs the model (on ZeroGPU it gets the GPU in a worker process; its argument is plain
+    data). It never decides to stop: the caller closes it, which a worker process sees too."""
+    yield from race(get_predictor(req.model), req)
 
 
-def _session(request) -> str:
-    return getattr(request, "session_hash", None) or "local"
-
-
-def clicked(request: gr.Request):
-    """Run or Replay was clicked (before the queue): a Stop after this moment stops that run, queued or running."""
-    _clicks[_session(request)] = time.monotonic()
-
-
-def stopped_since(session: str, since: float) -> bool:
-    return _stops.get(session, float("-inf")) >= since
-
-
-def _asked(session: str) -> float:
-    """When the run starting now was asked for: its click, or now (API calls have no click)."""
-    return _clicks.pop(session, None) or time.monotonic()
+def _refuse(message: str, title: str, raise_errors: bool):
+    """A run that cannot start: said in the status, where the eye is after pressing Run; API callers also get
+    it raised, the page as a toast (an error raised right after a yield can reach the browser before that
+    yield does, leaving the old status on screen)."""
+    yield (f"**{title}**: {clean(message)}",) + tuple(gr.skip() for _ in RESULTS[1:])
+    if raise_errors:
+        raise gr.Error(clean(message), title=title, print_exception=False)
+    gr.Warning(clean(message), title=title)
 
 
 def _stream(request, make_request, raise_errors: bool = True):
-    """Clear the page, check the request, stream the race, then draw everything from the traces. A bad request
-    is said in the status; API callers also get it raised, the page gets it as a toast (an error raised right
-    after a yield can reach the browser before that yield does, leaving the old status on screen)."""
-    session = _session(request)
-    since = _asked(session)
-    if stopped_since(session, since):
+    """Join the line, check the request, wait for a decoder, clear the page, stream the race, then draw
+    everything from the traces. A run past the line's size is refused at once with the wait it would have had."""
+    session = runs.session_of(request)
+    since = runs.asked(session)
+    if runs.stopped_since(session, since):
         yield ("Stopped before it started: Stop was pressed while this run waited in the queue.",) + \
             tuple(gr.skip() for _ in RESULTS[1:])
         return
-    yield cleared("Checking the request…")
-    try:
-        req = make_request()
-        predictor, warnings, outside = check(req)
-    except ValueError as exc:        # said in the status too, where the eye is after pressing Run
-        yield (f"**Cannot run**: {clean(exc)}",) + tuple(gr.skip() for _ in RESULTS[1:])
-        if raise_errors:
-            raise
-        gr.Warning(clean(exc), title="Cannot run")
+    ticket = runs.LINE.join(session)
+    if ticket is None:
+        yield from _refuse(runs.busy(), "Busy", raise_errors)
         return
-    for warning in warnings:
-        gr.Warning(clean(warning))
-    token_text = functools.lru_cache(maxsize=None)(predictor.token_text)
+    try:
+        try:
+            req = make_request()
+            predictor, warnings, outside = check(req)
+        except ValueError as exc:                    # an error never leaves the previous run's figures
+            yield cleared("Checking the request…")
+            yield from _refuse(str(exc), "Cannot run", raise_errors)
+            return
+        for warning in warnings:
+            gr.Warning(clean(warning))
+        while True:
+            turn = runs.LINE.wait(ticket, timeout=1.0)
+            why = runs.ended(session, since)             # asked after the turn too: a Stop meanwhile still counts
+            if why == "gone":
+                runs.forget_session(session)
+                return
+            if why:
+                yield ("Stopped before it started: you left the line.",) + tuple(gr.skip() for _ in RESULTS[1:])
+                return
+            if turn:
+                break
+            yield (runs.waiting(ticket),) + tuple(gr.skip() for _ in RESULTS[1:])    # the last run stays meanwhile
+        yield cleared("Starting…")
+        yield from _race(session, since, req, predictor, outside)
+    finally:
+        runs.LINE.leave(ticket)
+
+
+def _race(session: str, since: float, req, predictor, outside: str):
+    """Stream the race; close it between two steps when it must end (Stop, page closed, time limit, a fault)."""
+    token_text = functools.lru_cache(maxsize=4096)(predictor.token_text)
     skip = tuple(gr.skip() for _ in RESULTS[2:])
     cold = "" if is_warm(req.model) else " (first run on this model: its timing includes warming up)"
     started, shown = time.perf_counter(), 0.0
-    frame = None
+    frame, why, failed = None, None, None
+    frames = decode_race(req)
     try:
-        for frame in decode_race(req, session, since):
-            _live[session] = frame
-            if frame.finished or time.perf_counter() - shown < STREAM_INTERVAL:
+        while not (why := runs.ended(session, since, started if frame else None)):    # a run shows a step
+            try:
+                frame = next(frames)
+            except StopIteration:
+                break
+            except Exception as exc:  # noqa: BLE001 - a fault ends this run only; the partial answers stay
+                log.exception("the race failed")
+                failed = exc
+                break
+            if frame.finished:
+                break
+            if time.perf_counter() - shown < STREAM_INTERVAL:
                 continue
             shown = time.perf_counter()
             lanes = [(lane.trace, lane.k, lane.state) for lane in frame.lanes if lane.trace is not None]
             yield (race_status(frame, describe(predictor)), render.lanes_html(lanes, token_text, banner(outside))) \
                 + skip
     finally:
-        _live.pop(session, None)
-    mark_warm(req.model)
-    if not frame.traces:
-        yield cleared("Stopped before the first step.")
+        frames.close()
+    if why == "gone":          # nobody will see the figures: draw none; gradio just revived the session, drop it
+        runs.forget_session(session)
         return
-    verb = (f"Stopped at step {frame.round}; the partial answers and figures stay on screen, press Run to start "
-            "again. Ran" if frame.stopped else "Done")
-    status = (f"{verb} in {time.perf_counter() - started:.1f} s on {clean(describe(predictor))}{cold}.  \n"
-              + render.summary(frame.traces, outside))
-    yield results(frame.traces, status, outside)
+    mark_warm(req.model)
+    if frame is not None and not frame.finished:
+        frame = settle(frame, predictor)
+    if frame is None or not frame.traces:
+        yield cleared(f"**The run failed** before its first step: {failure(failed)}" if failed else
+                      "Stopped before the first step.")
+        return
+    took = f"in {time.perf_counter() - started:.1f} s on {clean(describe(predictor))}{cold}"
+    if failed:
+        verb = (f"**The run failed**: {failure(failed)}. The partial answers (up to step "
+                f"{max(t.nfe for t in frame.traces)}) stay on screen; press Run to try again. Ran")
+    elif why == "time":
+        verb = (f"Stopped at the time limit ({LIMITS.run_seconds:.0f} s a run on this shared server) at step "
+                f"{frame.round}; the partial answers and figures stay on screen. Ran")
+    else:
+        verb = (f"Stopped at step {frame.round}; the partial answers and figures stay on screen, press Run to start "
+                "again. Ran" if frame.stopped else "Done")
+    yield results(frame.traces, f"{verb} {took}.  \n" + render.summary(frame.traces, outside), outside)
+
+
+def failure(exc: Exception | None) -> str:
+    """What failed, for the user: the method and step when a method's step raised, and the error's kind."""
+    if isinstance(exc, LaneFailed):
+        return (f"{render.label(exc.method)} failed at step {exc.step} "
+                f"({type(exc.error).__name__}: {clean(str(exc.error))[:200]})")
+    return f"{type(exc).__name__}: {clean(str(exc))[:200]}"
 
 
 def race_status(frame: Frame, where: str = "") -> str:
@@ -233,16 +262,6 @@ def run_api(request: gr.Request, prompt, model, mode, gen_length, block_length, 
                                                       settings_from_json(settings), capture_attention))
 
 
-def stop(request: gr.Request):
-    """Stop: this session's running race ends after its current round and draws what it has (status "Stopped at
-    step k", partial answers and figures); a run or replay still queued ends as soon as it starts."""
-    session = _session(request)
-    _stops[session] = time.monotonic()
-    if session in _live:
-        return "Stopping after the current step…"
-    return "Stopped: nothing of yours was decoding; a queued run is cancelled before it starts."
-
-
 # ============================================================================ replays, step view, models
 
 @friendly("Cannot replay this file")
@@ -264,9 +283,10 @@ def first_impression():
     result output, then the prompt box filled with the example's prompt."""
     try:
         traces = read_traces(EXAMPLE_RUN.read_bytes())
-    except (OSError, ValueError):
-        log.warning("no example run at %s (python -m dico_ui.examples makes it)", EXAMPLE_RUN)
-        return cleared("Press **Run** to decode.") + (gr.skip(),)
+    except (OSError, ValueError) as exc:
+        log.warning("no example run from %s (python -m dico_ui.examples makes it): %s", EXAMPLE_RUN, exc)
+        return cleared("_The example run shipped with this copy could not be read, so the page opens empty._ "
+                       "Press **Run** to decode.") + (gr.skip(),)
     status = ("A finished example run, replayed from traces shipped with the app: " + render.run_caption(traces[0])
               + ". Press **Replay the race** to watch it again, or **Run** to decode it yourself.  \n"
               + render.summary(traces))
@@ -276,15 +296,15 @@ def first_impression():
 @friendly("Cannot replay the race")
 def replay_race(request: gr.Request, traces, speed):
     """The race of the traces on screen again, at ``speed`` steps per second; Stop ends it."""
-    session = _session(request)
-    since = _asked(session)
+    session = runs.session_of(request)
+    since = runs.asked(session)
     if not traces:
-        raise ValueError("replay: there is no run on screen yet; press Run first")
+        raise ValueError(f"replay: {EXPIRED}")
     speed = float(speed or 0)
     if not 0 < speed <= MAX_SPEED:
         raise ValueError(f"speed: must be in (0, {MAX_SPEED}] steps per second, got {speed:g}")
     for frame in replay(render.method_order(traces)):
-        if stopped_since(session, since):
+        if runs.ended(session, since):
             yield f"Replay stopped at step {frame.round}.", gr.skip()
             return
         lanes = [(lane.trace, lane.k, lane.state) for lane in frame.lanes]
@@ -314,7 +334,8 @@ def show_step(run_index, k, traces):
 def choose_run(run_index, traces):
     trace = _trace_at(traces, run_index)
     if trace is None:
-        return gr.skip(), None, ""
+        gr.Warning(EXPIRED)
+        return gr.skip(), gr.skip(), gr.skip()
     last = max(len(trace.steps) - 1, 0)
     view, text = show_step(run_index, last, traces)
     return gr.update(maximum=max(last, 1), value=last, interactive=bool(last)), view, text
@@ -326,6 +347,8 @@ PLAY, PAUSE = "▶ Play", "⏸ Pause"
 def toggle_play(playing, k, run_index, traces):
     """Start or stop stepping through the run; starting at the last step rewinds to step 0."""
     trace = _trace_at(traces, run_index)
+    if trace is None and not playing:
+        gr.Warning(EXPIRED)
     if playing or trace is None or len(trace.steps) < 2:
         return gr.Timer(active=False), gr.update(value=PLAY), False, gr.skip()
     at_end = int(k or 0) >= len(trace.steps) - 1

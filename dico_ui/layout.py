@@ -14,6 +14,7 @@ from dico.models import EMBEDDED_NAME
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHOD_LABELS, METHODS, MODES, SETTINGS
 from dico_ui import handlers as h
 from dico_ui.about import about_text
+from dico_ui.limits import LIMITS
 from dico_ui.models import model_choices
 from dico_ui.render import TABLE_COLUMNS
 from dico_ui.request import CONTROLS, DEFAULT_METHODS, MAX_GEN_LENGTH, group_label
@@ -23,7 +24,7 @@ from dico_ui.text import prose
 warnings.filterwarnings("ignore", message=r".*Gradio 6\.0", category=DeprecationWarning)
 log = logging.getLogger("dico_ui")
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = json.loads((ROOT / "assets" / "examples.json").read_text())["examples"]
+EXAMPLES = ROOT / "assets" / "examples.json"
 BENCH_TABLE = ROOT / "assets" / "bench" / "table1.json"
 # Plots drawn while their tab was hidden keep plotly's default width; a tab switch sends a resize.
 RESIZE_PLOTS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 50); }"
@@ -36,6 +37,19 @@ def example_label(example: dict) -> str:
     kind = {"word": "Word", "list": "List", "free": "Free"}.get(example.get("family"), "Example")
     prompt = example["prompt"]
     return f"{kind} · {prompt[:30].rstrip()}…" if len(prompt) > 32 else f"{kind} · {prompt}"
+
+
+def load_examples(path: Path = EXAMPLES) -> tuple[list[dict], str]:
+    """The example prompts, and a notice for the page if the shipped file is missing or broken (the page opens
+    without them rather than not at all)."""
+    try:
+        examples = json.loads(path.read_text())["examples"]
+        if not examples or not all(isinstance(e, dict) and isinstance(e.get("prompt"), str) for e in examples):
+            raise ValueError("every example needs a prompt")
+        return examples, ""
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("no example prompts from %s: %s", path, exc)
+        return [], "_The example prompts shipped with this copy could not be read; type a prompt instead._"
 
 
 def setting_control(group: str, spec):
@@ -77,18 +91,24 @@ def stamp(trigger):
 
 
 def build_demo() -> gr.Blocks:
+    examples, examples_notice = load_examples(EXAMPLES)
     with gr.Blocks(theme=THEME, css=prose("style.css"), title="DiCo Explorer", delete_cache=(1800, 3600)) as demo:
-        traces_state = gr.State([])
-        playing = gr.State(False)
+        # A page's traces: dropped when the page closes (handlers.closed), LIMITS.session_ttl_s after the last
+        # write, or when LIMITS.sessions newer sessions push it out (launch's state_session_capacity).
+        traces_state = gr.State([], time_to_live=LIMITS.session_ttl_s)
+        playing = gr.State(False, time_to_live=LIMITS.session_ttl_s)
         gr.Markdown(prose("intro.md").replace("${embedded}", EMBEDDED_NAME), elem_id="intro")
         with gr.Row(equal_height=False, elem_id="top"):
             with gr.Column(scale=3, min_width=300):
                 prompt = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
                                     placeholder="e.g. Tom has 5 apples. He buys 3 more apples. How many apples does "
                                                 "Tom have now?")
-                gr.Examples([[e["prompt"]] for e in EXAMPLES], inputs=[prompt], label="Examples",
-                            example_labels=[example_label(e) for e in EXAMPLES], examples_per_page=len(EXAMPLES),
-                            elem_id="examples")
+                if examples:
+                    gr.Examples([[e["prompt"]] for e in examples], inputs=[prompt], label="Examples",
+                                example_labels=[example_label(e) for e in examples], examples_per_page=len(examples),
+                                elem_id="examples")
+                else:
+                    gr.Markdown(examples_notice, elem_id="examples-notice")
                 with gr.Row(elem_id="run-row"):
                     run_btn = gr.Button("Run", variant="primary", elem_id="run", scale=3, min_width=100)
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", scale=1, min_width=80)
@@ -164,8 +184,10 @@ def build_demo() -> gr.Blocks:
         base = [prompt, model, mode, gen_length, block_length, methods]
         # always_last: Run pressed while a stopped run is still winding down starts once that one ends (the
         # default, "once", would drop the click).
-        live = dict(show_progress="minimal", show_progress_on=[status], concurrency_limit=2, concurrency_id="decode",
-                    trigger_mode="always_last")
+        # concurrency_limit=None: every run reaches its handler at once, which keeps the app's own line
+        # (dico_ui.runs.LINE: LIMITS.decoders decode, LIMITS.queue admitted) and tells the rest it is busy.
+        live = dict(show_progress="minimal", show_progress_on=[status], concurrency_limit=None,
+                    concurrency_id="decode", trigger_mode="always_last")
         # Each click is stamped before it queues, so Stop can end a run that is still waiting (see handlers.stop).
         for trigger in (run_btn.click, prompt.submit):
             stamp(trigger).then(h.run_ui, base + [capture_attention] + controls, outputs, show_api=False, **live)
@@ -185,6 +207,7 @@ def build_demo() -> gr.Blocks:
         model.input(h.choose_model, [model], [model, model_note], show_api=False)
         mode.change(h.show_block_length, [mode], [block_length], show_api=False, queue=False)
         demo.load(h.first_impression, None, outputs + [prompt], show_api=False)
+        demo.unload(h.closed)
         demo.load(h.current_model_note, None, [model_note], show_api=False, show_progress="hidden")
         for tab in (trajectory_tab, comparison_tab, attention_tab, step_tab, bench_tab):
             tab.select(None, None, None, js=RESIZE_PLOTS, show_api=False, queue=False)

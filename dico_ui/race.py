@@ -2,13 +2,17 @@
 turn (round-robin), so each round is one forward pass of every method still running and the step
 counters stay comparable. Stop closes every method's step generator, leaving partial traces marked
 ``stopped``; a replay walks saved traces through the same frames.
+
+Whoever drives the race stops it by closing it between frames (``settle`` then finishes the last frame): that
+works the same when the race runs in a worker process (ZeroGPU), where closing the stream there closes the
+race at its next step, and a flag set in this process would not be seen.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from dico.loop import decode
+from dico.loop import close_snapshot, decode
 from dico.models import MaskPredictor
 from dico.trace import Trace
 from dico_ui.request import RunRequest
@@ -68,7 +72,10 @@ def race(predictor: MaskPredictor, req: RunRequest, should_stop: Callable[[], bo
             for lane in lanes:
                 if lane.state != "decoding":
                     continue
-                lane.trace, step = next(runs[lane.method])
+                try:
+                    lane.trace, step = next(runs[lane.method])
+                except Exception as exc:
+                    raise LaneFailed(lane.method, lane.k + 2, exc) from exc
                 lane.k = step.index
                 if step.unmasked_fraction >= 1.0:        # the loop closed the trace with this step
                     runs.pop(lane.method).close()
@@ -83,6 +90,26 @@ def race(predictor: MaskPredictor, req: RunRequest, should_stop: Callable[[], bo
                 if lane.trace is not None:
                     own_time(lane.trace)
     yield Frame(lanes, rounds, finished=True, stopped=stopped)
+
+
+class LaneFailed(RuntimeError):
+    """A method's step raised (a model or rule error): which method, at which step, and what was raised."""
+
+    def __init__(self, method: str, step: int, error: Exception):
+        super().__init__(f"{method} step {step}: {type(error).__name__}: {error}")
+        self.method, self.step, self.error = method, step, error
+
+
+def settle(frame: Frame, predictor: MaskPredictor) -> Frame:
+    """The finished frame of a race its driver closed early (Stop, a time limit, a fault): every lane still
+    decoding is stopped. Closed in this process, the race already finished each trace; a frame that crossed from
+    a worker process holds copies, finished here from their steps."""
+    for lane in frame.lanes:
+        if lane.state == "decoding":
+            lane.state = "stopped"
+        if lane.trace is not None and not lane.trace.response:
+            own_time(close_snapshot(predictor, lane.trace))
+    return Frame(frame.lanes, frame.round, finished=True, stopped=True)
 
 
 def replay(traces: list[Trace]) -> Iterator[Frame]:

@@ -14,10 +14,11 @@ from dico.loop import check_inputs, check_request
 from dico.models import EMBEDDED_NAME, MaskPredictor
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, NON_AR, SEMI_AR, SETTINGS, own_specs, \
     sampling_specs, settings_for, specs
+from dico_ui.limits import LIMITS
 from dico_ui.models import get_predictor
 from dico_ui.render import label
 
-MAX_GEN_LENGTH = 256            # the page's limit: a public CPU Space should answer in seconds
+MAX_GEN_LENGTH = LIMITS.max_gen_length      # the page's limit: a public CPU Space should answer in seconds
 DEFAULT_METHODS = ("vanilla", "fast", "dico")
 SHARED = "sampling"              # the group of the sampling options every method shares (shown once)
 # Every generated settings control, in page order: (group, Spec); a group is SHARED or a method id.

@@ -86,6 +86,25 @@ def app_url(app_module, predictor):
     demo.close()
 
 
+@pytest.fixture
+def counted_race(app_module, monkeypatch):
+    """The app's race wrapped so a test sees how many rounds it computed and whether it was closed."""
+    from dico_ui import handlers
+    seen, original = {"rounds": 0, "closed": False}, handlers.decode_race
+
+    def counted(req):
+        frames = original(req)
+        try:
+            for frame in frames:
+                seen["rounds"] += 1
+                yield frame
+        finally:
+            seen["closed"] = True
+            frames.close()
+    monkeypatch.setattr(handlers, "decode_race", counted)
+    return seen
+
+
 @pytest.fixture(scope="session")
 def browser_type_launch_args(browser_type_launch_args):
     """pytest-playwright's launch, on Debian's chromium (its own browser download is not available here)."""

@@ -87,3 +87,58 @@ def test_users_at_once_each_get_their_own_race(app_url, app_module, predictor):
 
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(one, prompts)) == prompts
+
+
+# ============================================================================ staying up (issue 28)
+
+def test_a_full_line_is_told_busy_at_once_in_the_apps_words(client, app_module, predictor, monkeypatch):
+    import time
+    from dico_ui import runs
+    from dico_ui.bounded import Line
+    monkeypatch.setattr(runs, "LINE", Line(decoders=1, size=1, guess_s=30))
+    holder = runs.LINE.join("someone")
+    started = time.monotonic()
+    with pytest.raises(AppError, match=r"The demo is busy: .* would wait about 30 s\. Please try again"):
+        call(client, gen_length=8)
+    assert time.monotonic() - started < 30                 # at once, not after the wait
+    runs.LINE.leave(holder)
+    assert results(app_module, call(client, gen_length=8))["status"].startswith("Done")
+
+
+def test_a_model_error_mid_decode_ends_that_run_only(client, app_module, predictor, monkeypatch):
+    forward, calls = predictor.forward, []
+
+    def faulty(ids, attentions=False, **kwargs):
+        calls.append(attentions)
+        if calls.count(True) == 3:                         # the DiCo run's third step
+            raise RuntimeError("injected fault")
+        return forward(ids, attentions=attentions, **kwargs)
+    monkeypatch.setattr(predictor, "forward", faulty)
+    out = results(app_module, call(client, gen_length=48))
+    assert out["status"].startswith("**The run failed**: DiCo failed at step 3 (RuntimeError: injected fault)")
+    assert [row[0] for row in out["table"]["data"]] == ["Vanilla (stopped)", "Fast-dLLM (stopped)", "DiCo (stopped)"]
+    assert out["answers"].count("stopped at step") == 3 and out["trajectory"]["type"] == "plotly"
+    monkeypatch.setattr(predictor, "forward", forward)
+    assert results(app_module, call(client, gen_length=8))["status"].startswith("Done")
+
+
+def test_a_client_that_leaves_stops_its_decode_and_its_state_is_freed(app_url, app_module, predictor, monkeypatch,
+                                                                     counted_race, wait_until):
+    monkeypatch.setenv("GRADIO_IS_E2E_TEST", "1")           # gradio's heartbeat every 0.25 s instead of 15 s
+    seen = counted_race
+    leaving = Client(app_url, verbose=False)
+    job = leaving.submit(PROMPT, "dico-tiny", "non-ar", 256, 16, ["vanilla"], "", True, api_name="/run")
+    wait_until(lambda: seen["rounds"] >= 2, 120, "the race to start")
+    assert leaving.session_hash in app_module.demo.state_holder
+    leaving.close()                                         # the tab closes: its heartbeat ends
+    wait_until(lambda: seen["closed"], 60, "the decode to stop")
+    assert seen["rounds"] < 256
+    wait_until(lambda: leaving.session_hash not in app_module.demo.state_holder, 30, "the session to be forgotten")
+    job.cancel()
+    later = Client(app_url, verbose=False)              # its finished events go when a later page closes
+    later.predict(PROMPT, "dico-tiny", "non-ar", 8, 16, ["dico"], "", True, api_name="/run")
+    later.close()
+    events = app_module.demo._queue.event_ids_to_events
+    wait_until(lambda: not [e for e in list(events.values()) if e.session_hash in (leaving.session_hash,
+                                                                                later.session_hash)],
+               30, "the finished events of closed pages to be dropped")

@@ -1,0 +1,36 @@
+"""Every cap that keeps a public demo up, in one place (README's "Limits of the public demo" lists them).
+
+A Space is one long-running process on 2 CPU cores that strangers use for weeks: what a session keeps, how
+much work a run may do, how many runs wait, and what lies on disk are all bounded here, and nowhere else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class Limits:
+    # --- work
+    decoders: int = 2               # races decoding at once (one per core of a CPU Space)
+    queue: int = 32                 # runs admitted at once, decoding or waiting; the next one is told "busy"
+    run_seconds: float = 60.0       # a run still decoding after this stops, with its partial answers shown
+    max_gen_length: int = 256       # response positions a run may ask for
+    # --- memory
+    sessions: int = 200             # sessions whose state (traces on screen) is kept, least recently used first out
+    session_ttl_s: float = 1800.0   # a page's traces are dropped this long after the run (or upload) that wrote them
+    flags: int = 1024               # entries of each small per-session table (Run clicks, Stops, closed pages)
+    flag_ttl_s: float = 3600.0      # how long an entry of those tables is kept
+    run_times: int = 32             # recent run durations kept to estimate the wait
+    # --- disk
+    downloads: int = 200            # trace files kept for download; older ones go first
+    download_ttl_s: float = 1800.0  # a trace file is removed this long after it was written
+    download_grace_s: float = 300.0  # no trace file younger than this is removed (its page may still fetch it)
+    # --- gradio's own
+    gradio_queue: int = 256         # gradio's queue, a backstop far above `queue`: overload gets the app's words
+    threads: int = 64               # gradio's worker threads: every admitted run plus the page's small events
+
+    def rows(self) -> list[tuple[str, object]]:
+        return [(f.name, getattr(self, f.name)) for f in fields(self)]
+
+
+LIMITS = Limits()

@@ -1,0 +1,228 @@
+"""A soak of the public demo: start ``app.py``, hit it as strangers do, and say whether it stays up.
+
+    python -m dico_ui.soak                                    # the issue-28 targets (about an hour on 2 busy cores)
+    python -m dico_ui.soak --sessions 60 --burst 40 --gen 48  # a quick look
+
+Phases, each through gradio_client against a fresh server process: ``--sessions`` runs, each from a new
+session that then closes (attention capture on); ``--concurrent`` clients at once (a full line's worth, all must
+be right); ``--burst`` clients at once (each a result or the app's busy message); every kind of bad input (each
+a message naming its field); one more run. Prints resident memory after ``--warmup`` sessions and at the end,
+latency percentiles, failures and the tracebacks in the server's log; exits 1 when a target is missed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = ["Tom has 5 apples. He buys 3 more apples. How many apples does Tom have now?",
+           "Here is a list: 4, 9, 13. Make every item smaller by 3. Keep the order.",
+           "Take the numbers 4, 9, 2. Add 3 to each number."]
+METHODS = ["vanilla", "fast", "dico"]
+GROWTH_MB = 25.0          # the issue's target: resident memory grows at most this much after the warm-up
+# (what is wrong, keyword arguments of run()) for every kind of bad input the API can be sent
+BAD = [("prompt", dict(prompt="")), ("prompt", dict(prompt="   ")), ("prompt", dict(prompt="x" * 100_000)),
+       ("gen_length", dict(gen=0)), ("gen_length", dict(gen=-5)), ("gen_length", dict(gen=10**9)),
+       ("gen_length", dict(gen=3.5)), ("block_length", dict(mode="semi-ar", gen=96, block=7)),
+       ("block_length", dict(mode="semi-ar", gen=96, block=0)), ("threshold", dict(settings='{"fast": {"threshold": "high"}}')), ("mode", dict(mode="sideways")),
+       ("model", dict(model="no/such-model")), ("methods", dict(methods=[])), ("methods", dict(methods=["nope"])),
+       ("settings", dict(settings="{")), ("settings", dict(settings='{"fast": 1}')),
+       ("method", dict(settings='{"nope": {}}')), ("threshold", dict(settings='{"fast": {"threshold": 2}}')),
+       ("nope", dict(settings='{"dico": {"nope": 1}}')), ("top_k", dict(settings='{"dico": {"top_k": 0.5}}'))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start_server(log: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False",
+           "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    server = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log.open("w"),
+                              stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return server, url
+        except OSError:
+            time.sleep(0.5)
+    server.kill()
+    raise SystemExit(f"the app did not start; see {log}")
+
+
+class Soak:
+    def __init__(self, url: str, gen: int):
+        from gradio_client import Client
+        self.Client, self.url, self.gen = Client, url, gen
+        self.closers = ThreadPoolExecutor(8)            # Client.close waits up to 1 s for its heartbeat thread
+
+    def client(self):
+        # gradio_client's requests time out after 5 s (httpx's default); a browser waits longer for a busy server
+        return self.Client(self.url, verbose=False, httpx_kwargs={"timeout": 60})
+
+    def close(self, client) -> None:
+        self.closers.submit(client.close)
+
+    def run(self, client, prompt=PROMPTS[0], gen=None, block=32, mode="non-ar", model="dico-tiny", methods=METHODS,
+            settings=""):
+        """One /run: (outcome, seconds, status) with outcome "right", "busy", "refused" or "failed"."""
+        from gradio_client.exceptions import AppError
+        started = time.perf_counter()
+        try:
+            out = client.predict(prompt, model, mode, self.gen if gen is None else gen, block, methods, settings,
+                                 True, api_name="/run")
+        except AppError as exc:
+            text = str(exc)
+            kind = "busy" if "The demo is busy" in text else "refused"
+            return kind, time.perf_counter() - started, text
+        except Exception as exc:  # noqa: BLE001 - counted as a failure, with what it was
+            return "failed", time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
+        status, answers = out[0], out[1]
+        right = status.startswith("Done") and answers.count("answer complete at step") == len(methods)
+        return ("right" if right else "failed"), time.perf_counter() - started, status[:200]
+
+    def one_session(self, prompt):
+        client = self.client()
+        try:
+            return self.run(client, prompt)
+        finally:
+            self.close(client)
+
+    def at_once(self, n: int, gen: int):
+        """``n`` clients (new sessions) send a run at the same moment."""
+        with ThreadPoolExecutor(16) as pool:
+            clients = list(pool.map(lambda _: self.client(), range(n)))
+        gate = threading.Barrier(n)
+
+        def go(i):
+            gate.wait()
+            return self.run(clients[i], PROMPTS[i % len(PROMPTS)], gen=gen)
+        with ThreadPoolExecutor(n) as pool:
+            outcomes = list(pool.map(go, range(n)))
+        for client in clients:
+            self.close(client)
+        return outcomes
+
+
+def percentiles(seconds: list[float]) -> str:
+    if len(seconds) < 2:
+        return "n/a"
+    q = statistics.quantiles(seconds, n=100, method="inclusive")
+    return f"p50 {q[49]:.1f} s, p90 {q[89]:.1f} s, p99 {q[98]:.1f} s, max {max(seconds):.1f} s"
+
+
+def tally(outcomes) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for kind, _, _ in outcomes:
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=500, help="runs, each from a new session (default 500)")
+    parser.add_argument("--warmup", type=int, default=50, help="sessions before the first memory reading (50)")
+    parser.add_argument("--gen", type=int, default=96, help="gen_length of the sessions' runs (default 96)")
+    parser.add_argument("--concurrent", type=int, default=None, help="clients at once, all must be right "
+                        "(default: the app's line, LIMITS.queue)")
+    parser.add_argument("--burst", type=int, default=200, help="clients at once, each a result or busy (200)")
+    parser.add_argument("--burst-gen", type=int, default=48, help="gen_length of the concurrent runs (48)")
+    parser.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "dico-soak-server.log")
+    args = parser.parse_args(argv)
+    from dico_ui.limits import LIMITS
+    concurrent = LIMITS.queue if args.concurrent is None else args.concurrent
+    server, url = start_server(args.log)
+    missed = []
+    try:
+        soak = Soak(url, args.gen)
+        print(f"server {url} (pid {server.pid}, log {args.log}); {rss_mb(server.pid):.0f} MB at start", flush=True)
+        outcomes, memory = [], []
+        for i in range(args.sessions):
+            outcomes.append(soak.one_session(PROMPTS[i % len(PROMPTS)]))
+            if i + 1 == args.warmup or (i + 1) % 50 == 0 or i + 1 == args.sessions:
+                memory.append((i + 1, rss_mb(server.pid)))
+                print(f"  {i + 1} sessions: {memory[-1][1]:.0f} MB, {tally(outcomes)}", flush=True)
+        after = [(n, mb) for n, mb in memory if n >= args.warmup]
+        growth = after[-1][1] - after[0][1] if len(after) > 1 else float("nan")
+        counts = tally(outcomes)
+        print(f"sessions: {args.sessions} runs from new sessions (gen {args.gen}, attention on): {counts}; "
+              f"latency {percentiles([s for k, s, _ in outcomes if k == 'right'])}")
+        if len(after) > 1:
+            slope = (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0]) * 100
+            print(f"resident memory: {after[0][1]:.0f} MB after {after[0][0]} sessions, {after[-1][1]:.0f} MB after "
+                  f"{after[-1][0]}: {growth:+.1f} MB ({slope:+.2f} MB per 100 sessions; target at most "
+                  f"{GROWTH_MB:.0f} MB over 500)")
+            if growth > GROWTH_MB * (after[-1][0] - after[0][0]) / 450:
+                missed.append("memory growth")
+        if counts.get("right", 0) != args.sessions:
+            missed.append("sessions")
+            print("  not right:", [o for o in outcomes if o[0] != "right"][:5])
+
+        full = soak.at_once(concurrent, args.burst_gen)
+        print(f"concurrent: {concurrent} clients at once (gen {args.burst_gen}): {tally(full)}; latency "
+              f"{percentiles([s for _, s, _ in full])}")
+        if tally(full).get("right", 0) != concurrent:
+            missed.append("concurrent")
+            print("  not right:", [o for o in full if o[0] != "right"][:5])
+
+        burst = soak.at_once(args.burst, args.burst_gen)
+        counts = tally(burst)
+        busy = [s for k, s, _ in burst if k == "busy"]
+        print(f"burst: {args.burst} clients at once: {counts}; results {percentiles([s for k, s, _ in burst if k == 'right'])}; "
+              f"busy answered in {percentiles(busy)}")
+        if counts.get("right", 0) + counts.get("busy", 0) != args.burst:
+            missed.append("burst")
+            print("  neither:", [o for o in burst if o[0] not in ("right", "busy")][:5])
+        example = next((t for k, _, t in burst if k == "busy"), "")
+        if example:
+            print(f"  the busy message: {example}")
+
+        client = soak.client()
+        bad = [(field, soak.run(client, **kwargs)) for field, kwargs in BAD]
+        unclear = [(field, text) for field, (kind, _, text) in bad if kind != "refused" or field not in text]
+        print(f"bad inputs: {len(BAD)} kinds, {len(BAD) - len(unclear)} came back as a message naming the field")
+        for field, text in unclear:
+            print(f"  {field}: {text[:160]}")
+        if unclear:
+            missed.append("bad inputs")
+        last = soak.run(client)
+        soak.close(client)
+        print(f"after: one more run is {last[0]} ({last[2][:60]}); {rss_mb(server.pid):.0f} MB at the end")
+        if last[0] != "right":
+            missed.append("after")
+    finally:
+        server.terminate()
+        server.wait(30)
+    tracebacks = args.log.read_text(errors="replace").count("Traceback")
+    print(f"server log: {tracebacks} traceback(s)")
+    if tracebacks:
+        missed.append("tracebacks")
+    print("targets missed: " + ", ".join(missed) if missed else "every target met")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,275 @@
+"""What keeps the public demo up, without a server: the stores that forget (a clock moved by hand), the line of
+runs, the download clean-up racing other processes, a closed page ending its run, a fault mid-decode, Stop when
+the race runs in another process, and a broken shipped example."""
+import multiprocessing
+import os
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from dico_ui.bounded import Bounded, Line, about
+from dico_ui.limits import LIMITS, Limits
+
+gr = pytest.importorskip("gradio")
+
+from dico_ui import downloads, handlers as h, runs  # noqa: E402
+
+PROMPT = "Tom has 5 apples. He buys 3 more apples. How many apples does Tom have now?"
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class Session:
+    def __init__(self, name):
+        self.session_hash = name
+
+
+def close_page(name):
+    """gradio's unload for this page: an async handler that never awaits, run to its end here (a test may already
+    be inside an event loop, so no asyncio.run)."""
+    with pytest.raises(StopIteration):
+        runs.closed(Session(name)).send(None)
+
+
+def run_api(session, gen_length=96, methods=("vanilla", "fast", "dico")):
+    return h.run_api(Session(session), PROMPT, "dico-tiny", "non-ar", gen_length, 32, list(methods), "", True)
+
+
+# ============================================================================ stores that forget
+
+def test_a_bounded_table_forgets_the_least_recently_used_past_its_size():
+    table = Bounded(size=2, ttl=100, clock=Clock())
+    table["a"], table["b"] = 1, 2
+    assert table.get("a") == 1                    # "a" is now the most recently used
+    table["c"] = 3
+    assert "b" not in table and table.get("a") == 1 and table.get("c") == 3 and len(table) == 2
+
+
+def test_a_bounded_table_forgets_an_entry_its_ttl_after_last_use():
+    clock = Clock()
+    table = Bounded(size=10, ttl=60, clock=clock)
+    table["a"], table["b"] = 1, 2
+    clock.now = 50
+    assert table.get("a") == 1                    # read at 50: kept until 110
+    clock.now = 61
+    assert "b" not in table and table.get("a") == 1
+    clock.now = 200
+    assert len(table) == 0 and table.pop("a", "gone") == "gone"
+
+
+def test_the_line_admits_its_size_decodes_in_order_and_refuses_the_rest():
+    clock = Clock()
+    line = Line(decoders=1, size=3, guess_s=10, clock=clock)
+    first, second, third = (line.join(s) for s in ("a", "b", "c"))
+    assert line.join("d") is None                                  # full: refused at once
+    assert line.wait(first, 0) and not line.wait(third, 0) and not line.wait(second, 0)
+    assert line.ahead(second) == 1 and line.ahead(third) == 2 and line.holds("c") == "waiting"
+    assert line.holds("a") == "decoding" and line.holds("d") is None
+    assert line.wait_s(line.ahead(third)) == 20                    # two runs of the 10 s guess before it
+    clock.now = 4
+    line.leave(first)                                              # took 4 s: the estimate follows
+    assert line.run_s() == 4 and line.wait(second, 0) and not line.wait(third, 0)
+    line.leave(third)                                              # gave up waiting: its place is free
+    assert not line.holds("c") and line.join("d") is not None
+
+
+def test_every_cap_lives_in_limits_and_readme_lists_it():
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for name, value in LIMITS.rows():
+        assert f"| `{name}` | {value:g} |" in readme, name
+    assert isinstance(LIMITS, Limits) and about(2) == "a few seconds" and about(41) == "about 40 s"
+
+
+# ============================================================================ downloads on a shared folder
+
+def _churn(folder, seconds, errors):
+    """What a server does with the folder: write a bundle, clean; here with old files appearing all the time."""
+    from dico.trace import Trace
+    trace = Trace(model="m", method="vanilla", mode="non-ar", settings={}, prompt="p", prompt_length=1,
+                  gen_length=1, block_length=None)
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            path = downloads.write_bundle([trace], folder)
+            os.utime(path, (0, 0))              # looks a day old at once: every process races to remove it
+            downloads.clean(folder)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        errors.put(repr(exc))
+
+
+def test_clean_up_never_fails_whatever_other_processes_remove(tmp_path):
+    """Two 'servers' (processes) and two concurrent runs (threads) write and clean the same folder, every file
+    old at once, so they race to list, stat and remove the same files: nothing raises, and a young file is
+    never removed."""
+    ctx = multiprocessing.get_context("fork")
+    errors = ctx.Queue()
+    servers = [ctx.Process(target=_churn, args=(tmp_path, 3.0, errors)) for _ in range(2)]
+    for server in servers:
+        server.start()
+    threads = [threading.Thread(target=_churn, args=(tmp_path, 3.0, errors)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    young = downloads.write_bundle(h.read_traces(h.EXAMPLE_RUN.read_bytes()), tmp_path)
+    for worker in threads + servers:
+        worker.join(60)
+    assert errors.empty(), errors.get()
+    assert [str(p) for p in tmp_path.iterdir()] == [young]
+
+
+def test_clean_up_keeps_a_cap_and_spares_young_files(tmp_path):
+    now = time.time()
+    for i in range(6):
+        path = tmp_path / f"dico-traces-{i}.json"
+        path.write_text("{}")
+        os.utime(path, (now - 1000 * i, now - 1000 * i))          # file i is i*1000 s old
+    assert downloads.clean(tmp_path, now=now, keep=2, ttl=4500, grace=1500) == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dico-traces-0.json", "dico-traces-1.json"]
+    assert downloads.clean(tmp_path / "missing", now=now) == 0
+
+
+# ============================================================================ runs that must end
+
+def test_a_closed_page_stops_its_decode_before_the_next_step_and_draws_nothing(predictor, counted_race):
+    seen = counted_race
+    stream = run_api("closing")
+    next(stream)                                         # cleared
+    assert "decoding" in next(stream)[1]                # a live frame
+    computed = seen["rounds"]
+    close_page("closing")                  # gradio's unload for this page
+    assert list(stream) == []                            # no figures for nobody
+    assert seen["rounds"] == computed and seen["closed"] and not runs.LINE.holds("closing")
+
+
+def test_a_closed_pages_waiting_run_leaves_the_line(app_module, predictor, monkeypatch):
+    monkeypatch.setattr(runs, "LINE", Line(decoders=1, size=2))
+    busy = runs.LINE.join("someone")
+    assert runs.LINE.wait(busy, 0)                       # the only decoder is taken
+    stream = run_api("queued-then-closed")
+    next(stream)
+    assert next(stream)[0].startswith("Waiting for a free decoder: 1 run ahead")
+    close_page("queued-then-closed")
+    assert list(stream) == [] and not runs.LINE.holds("queued-then-closed")
+
+
+def test_a_run_past_the_time_limit_stops_with_its_partial_answers(app_module, predictor, monkeypatch):
+    monkeypatch.setattr(runs, "LIMITS", replace(LIMITS, run_seconds=0.0))       # over after the first step
+    *_, last = run_api("slow", gen_length=48)
+    result = dict(zip(h.RESULTS, last))
+    assert result["status"].startswith("Stopped at the time limit")
+    assert all(t.stopped for t in result["traces"]) and result["trajectory"] is not None
+
+
+def test_a_full_line_refuses_at_once_with_the_wait(app_module, predictor, monkeypatch):
+    monkeypatch.setattr(runs, "LINE", Line(decoders=1, size=1, guess_s=30))
+    runs.LINE.join("someone")
+    with pytest.raises(gr.Error, match=r"The demo is busy: .* wait about 30 s\. Please try again"):
+        list(run_api("late"))
+    from dico_ui.request import CONTROLS
+    with pytest.warns(UserWarning, match="The demo is busy"):
+        page = list(h.run_ui(Session("late"), PROMPT, "dico-tiny", "non-ar", 48.0, 16.0, ["dico"], True,
+                             *[spec.default for _, spec in CONTROLS]))
+    assert len(page) == 1 and page[0][0].startswith("**Busy**: The demo is busy")      # the page: status + toast
+
+
+def test_a_model_error_mid_decode_names_what_failed_and_keeps_the_partial_run(app_module, predictor, monkeypatch,
+                                                                               caplog):
+    forward, calls = predictor.forward, {"dico": 0}
+
+    def faulty(ids, attentions=False, **kwargs):
+        if attentions:                                   # only the DiCo run captures attention
+            calls["dico"] += 1
+            if calls["dico"] == 3:
+                raise RuntimeError("injected fault")
+        return forward(ids, attentions=attentions, **kwargs)
+    monkeypatch.setattr(predictor, "forward", faulty)
+    *_, last = run_api("faulty")
+    result = dict(zip(h.RESULTS, last))
+    assert result["status"].startswith("**The run failed**: DiCo failed at step 3 (RuntimeError: injected fault)")
+    assert [t.nfe for t in result["traces"]] == [3, 3, 2] and all(t.stopped for t in result["traces"])
+    assert result["trajectory"] is not None and "stopped at step 2" in result["answers"]
+    assert "injected fault" in caplog.text                                    # the operator sees it logged
+    monkeypatch.setattr(predictor, "forward", forward)
+    assert list(run_api("faulty", gen_length=8))[-1][0].startswith("Done")      # the next run is fine
+
+
+# ============================================================================ Stop across a worker process
+
+def _work(fn, args, results, stop, rounds):
+    """The worker side of spaces.GPU for a generator (spaces/zero/wrappers.py): iterate, send each result back
+    pickled, and close the generator at the first step after the caller closed its stream."""
+    gen = fn(*args)
+    for item in gen:
+        rounds.value += 1
+        if stop.is_set():
+            gen.close()
+            break
+        results.put(("item", item))
+    results.put(("end", None))
+
+
+def in_worker(fn, rounds):
+    """``fn`` run as ZeroGPU runs a @spaces.GPU generator: in another process. The queue holds one result, so how
+    far the worker ran ahead of the caller is bounded and measurable (spaces' queue is unbounded)."""
+    def handler(*args):
+        ctx = multiprocessing.get_context("fork")
+        results, stop = ctx.Queue(maxsize=1), ctx.Event()
+        worker = ctx.Process(target=_work, args=(fn, args, results, stop, rounds))
+        worker.start()
+        try:
+            while (message := results.get(timeout=120))[0] == "item":
+                yield message[1]
+        finally:
+            stop.set()
+            while worker.is_alive():
+                while not results.empty():
+                    results.get()
+                worker.join(0.1)
+    return handler
+
+
+def test_stop_reaches_a_race_running_in_a_worker_process(app_module, predictor, monkeypatch):
+    rounds = multiprocessing.get_context("fork").Value("i", 0)
+    monkeypatch.setattr(h, "decode_race", in_worker(h.decode_race, rounds))
+    stream = run_api("worker", gen_length=192)
+    next(stream)
+    live = next(stream)
+    assert "decoding" in live[1]
+    h.stop(Session("worker"))
+    *_, last = stream
+    result = dict(zip(h.RESULTS, last))
+    traces = result["traces"]
+    assert result["status"].startswith("Stopped at step")
+    seen = int(result["status"].split("Stopped at step ")[1].split(";")[0])
+    assert rounds.value <= seen + 3 < 192                       # the worker stopped within a step or two
+    vanilla = traces[0]                                         # one position a step: still decoding at Stop
+    assert vanilla.method == "vanilla" and vanilla.stopped and vanilla.nfe == seen
+    decoded = [t for t in vanilla.response if t != predictor.mask_id]                       # finished here
+    assert len(vanilla.response) == 192 and len(decoded) == seen and vanilla.vocab and vanilla.answer_nfe == seen
+    assert all(t.stopped or t.nfe < seen for t in traces)
+    assert result["trajectory"] is not None and "stopped at step" in result["answers"]
+
+
+# ============================================================================ a broken shipped example
+
+def test_a_missing_or_corrupt_shipped_example_still_opens_the_page(app_module, monkeypatch, tmp_path):
+    from dico_ui import layout
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"examples": [{"no prompt": 1}')
+    for path in (broken, tmp_path / "missing.json"):
+        monkeypatch.setattr(h, "EXAMPLE_RUN", path)
+        out = h.first_impression()
+        assert "could not be read" in out[0] and out[h.RESULTS.index("traces")] == []
+        assert layout.load_examples(path) == ([], layout.load_examples(path)[1]) and "could not be read" in \
+            layout.load_examples(path)[1]
+    monkeypatch.setattr(layout, "EXAMPLES", broken)
+    demo = layout.build_demo()
+    assert any(getattr(b, "elem_id", None) == "examples-notice" for b in demo.blocks.values())
