@@ -189,3 +189,18 @@ def test_a_cache_plans_dreams_shift_one_position_earlier():
     assert cache.plan(masked, (4, 8)).tolist() == list(range(12))                   # first pass: refresh
     assert cache.plan(masked, (4, 8)).tolist() == list(range(7, 12))               # block 8..11 and position 7
     assert isinstance(cache.stores[0], KVStore)
+
+
+def test_the_figures_mark_refresh_passes_and_name_the_cache(predictor, prompt):
+    from visuals import comparison_table, phase_figure, trajectory_figure
+    cached = run(predictor, prompt, "fast", "semi-ar", cache="dual")
+    plain = run(predictor, prompt, "fast", "semi-ar")
+    refreshed = [s.index for s in cached.steps if s.refresh]
+    marks = [d for d in phase_figure(cached).data if d.name == "cache refresh"]
+    assert len(marks) == 1 and list(marks[0].x) == refreshed
+    ticks = [s for s in trajectory_figure(cached).layout.shapes if s.name == "cache refresh"]
+    assert sorted(t.y0 for t in ticks) == refreshed
+    assert not [d for d in phase_figure(plain).data if d.name == "cache refresh"]
+    assert "dual cache" in phase_figure(cached).layout.title.text
+    rows = comparison_table([plain, cached])
+    assert [r["cache"] for r in rows] == ["none", "dual"] and rows[1]["token_forwards"] < rows[0]["token_forwards"]
