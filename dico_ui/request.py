@@ -72,7 +72,7 @@ def settings_from_controls(methods: list[str], values) -> dict[str, dict]:
 
 
 def group_label(group: str) -> str:
-    return "Sampling (every method)" if group == SHARED else label(group)
+    return "Sampling and KV cache (every method)" if group == SHARED else label(group)
 
 
 def settings_from_json(settings) -> dict[str, dict]:
