@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_markdown(methods=None) -> str:
     """The settings tables of README's block: the shared sampling options once, then each method's own."""
     from dico.settings import METHOD_LABELS, SamplingSettings, own_specs, settings_table
-    parts = ["**Shared by every method** (the official samplers' options; greedy by default)\n\n"
+    parts = ["**Shared by every method** (the official samplers' options, greedy by default; the KV cache, none by "
+             "default)\n\n"
              + settings_table(SamplingSettings)]
     for method in methods or METHODS:
         if own_specs(SETTINGS[method]):
