@@ -125,7 +125,7 @@ class Exchange:
         return ((~self.key_mask).to(dtype) * torch.finfo(dtype).min)[:, None, None, :]
 
     def kv(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Write this pass's keys and values (b, h, q, d) at their positions and return every position's (b, h, w, d)."""
+        """Write this pass's keys and values (b, h, q, d) at their positions; return every position's (b, h, w, d)."""
         b, h, q, d = k.shape
         out = []
         for new, bank in ((k, "keys"), (v, "values")):

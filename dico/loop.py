@@ -157,7 +157,8 @@ class Decoding:
         """This step's forward pass (two with classifier-free guidance): logits (l, v) on the model's device and
         the attention maps when captured. A batch driver makes its own pass and hands each row to ``step``."""
         cache = self.plan_pass()
-        logits, attentions = self.sampler.logits(self.predictor, self.ids, self.m, attentions=self.attention is not None,
+        logits, attentions = self.sampler.logits(self.predictor, self.ids, self.m,
+                                                 attentions=self.attention is not None,
                                                  caches=None if cache is None else [cache])
         return logits[0], attentions
 
