@@ -87,7 +87,7 @@ def test_a_table_names_the_training_step_of_the_weights_it_measured(tmp_path):
 
 def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items():
     import dico
-    from dico.bench import CACHE_SERVES, cache_bench, cache_cases, cache_markdown
+    from dico.bench.cache import CACHE_SERVES, cache_bench, cache_cases, cache_markdown
 
     cases = cache_cases(((16, 8),))
     assert {(c[1], c[4]) for c in cases} == set(CACHE_SERVES) and {c[0] for c in cases} == set(METHODS)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import dico
-from dico import tasks
+from dico.embedded import tasks
 from dico.batch import generate_batch
 from dico.cache import Cache, KVStore
 from dico.loop import Decoding
