@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 
 from dico.settings import (DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, MODES, NON_AR, SEMI_AR, SETTINGS,
                            specs)
@@ -16,7 +17,18 @@ LAST_LINE = ("nfe=<int> answer_nfe=<int> answer_tokens=<int> padding_tokens=<int
              "wall_s=<float>")
 
 
+class _Help(argparse.HelpFormatter):
+    """argparse's wrapping, but never inside a hyphenated name (Fast-dLLM, non-AR), so help reads as declared."""
+
+    def _split_lines(self, text, width):
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):            # argparse's own errors: same exit code 2, one clear line
         self.print_usage(sys.stderr)
         print(f"error: {message}", file=sys.stderr)
@@ -110,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_markdown(methods=None) -> str:
     """The settings tables of README's block: the shared sampling options once, then each method's own."""
     from dico.settings import METHOD_LABELS, SamplingSettings, own_specs, settings_table
-    parts = ["**Shared by every method** (the official samplers' options; greedy by default)\n\n"
+    parts = ["**Shared by every method** (the official samplers' options, greedy by default; the KV cache, none by "
+             "default)\n\n"
              + settings_table(SamplingSettings)]
     for method in methods or METHODS:
         if own_specs(SETTINGS[method]):

@@ -97,7 +97,9 @@ def _forward(predictor: MaskPredictor, active, ids: torch.Tensor, mask: torch.Te
     """One pass for the batch through the rows' shared sampler (their settings are the same), so classifier-free
     guidance masks each row's own prompt exactly as a single decode's pass does."""
     sampler = active[0][1].sampler
-    return sampler.logits(predictor, ids, [run.m for _, run in active], attentions=attend, attention_mask=mask)
+    caches = [run.plan_pass() for _, run in active]
+    return sampler.logits(predictor, ids, [run.m for _, run in active], attentions=attend, attention_mask=mask,
+                          caches=None if caches[0] is None else caches)
 
 
 def _pad_id(predictor: MaskPredictor) -> int:

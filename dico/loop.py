@@ -21,6 +21,7 @@ from collections.abc import Generator
 
 import torch
 
+from dico.cache import Cache, cache_shift, forward_for, uncached_token_forwards
 from dico.models import MaskPredictor
 from dico.methods import make_rule
 from dico.rules import Choice, Scores, plan
@@ -111,6 +112,7 @@ class Decoding:
         self.rule = make_rule(method, mode, settings)
         plan(self.rule, gen_length, block_length or gen_length)
         self.sampler = Sampler(self.rule.settings, rank=self.rule.rank)
+        self.cache = _cache_for(predictor, self.rule.settings, len(prompt_ids), gen_length)
         self.stops = predictor.stop_ids()
         if capture_attention and not predictor.supports_attention:
             raise ValueError(f"capture_attention: model {predictor.name!r} does not return attention maps")
@@ -145,10 +147,19 @@ class Decoding:
             self.window = (start, min(start + self.width, self.n))
             self.rule.start(self.window)
 
+    def plan_pass(self) -> Cache | None:
+        """Before a forward pass: the cache, told which positions this pass computes (None without a cache)."""
+        if self.cache is not None:
+            self.cache.plan(self.masked, self.window)
+        return self.cache
+
     def forward(self):
         """This step's forward pass (two with classifier-free guidance): logits (l, v) on the model's device and
         the attention maps when captured. A batch driver makes its own pass and hands each row to ``step``."""
-        logits, attentions = self.sampler.logits(self.predictor, self.ids, self.m, attentions=self.attention is not None)
+        cache = self.plan_pass()
+        logits, attentions = self.sampler.logits(self.predictor, self.ids, self.m,
+                                                 attentions=self.attention is not None,
+                                                 caches=None if cache is None else [cache])
         return logits[0], attentions
 
     def step(self, logits: torch.Tensor, attentions=None, forward_s: float = 0.0) -> Step:
@@ -161,7 +172,7 @@ class Decoding:
         if commit.numel() == 0 or not self.masked[commit].all():
             raise RuntimeError(f"rule {self.trace.method} chose no or already decoded positions: {choice.commit}")
         t2 = time.perf_counter()
-        if self.attention is not None:
+        if self.attention is not None and attentions is not None and (self.cache is None or self.cache.refreshed):
             self.attention.add(len(self.trace.steps), attentions, self.masked, 1.0 - self.masked.float().mean().item())
         step = self._record(choice, commit, conf, pred, forward_s, t2 - t1)
         if not self.masked[self.window[0]:self.window[1]].any():
@@ -185,11 +196,15 @@ class Decoding:
                     guidance=None if choice.guidance is None else
                     [round(w, CONFIDENCE_DIGITS) for w in choice.guidance.tolist()],
                     seed_threshold=choice.seed_threshold, shortcut=sorted(choice.shortcut),
-                    forward_s=round(forward_s, 6), select_s=round(select_s, 6))
+                    forward_s=round(forward_s, 6), select_s=round(select_s, 6),
+                    refresh=self.cache is not None and self.cache.refreshed,
+                    token_forwards=self.cache.token_forwards if self.cache is not None else
+                    uncached_token_forwards(self.m + self.n, self.rule.settings.cfg_scale))
         for token in set(step.prediction) - {None} - self.vocab.keys():
             self.vocab[token] = self.predictor.token_text(token)
         self.trace.steps.append(step)
         self.trace.nfe = len(self.trace.steps)
+        self.trace.token_forwards += step.token_forwards
         return step
 
     def close(self) -> Trace:
@@ -231,6 +246,15 @@ def close_snapshot(predictor: MaskPredictor, trace: Trace) -> Trace:
         vocab.update((t, predictor.token_text(t)) for t in set(step.prediction) - {None} - vocab.keys())
     return finish(trace, predictor, response, vocab, stopped=True,
                   wall_s=sum(s.forward_s + s.select_s for s in trace.steps))
+
+
+def _cache_for(predictor: MaskPredictor, settings: Settings, prompt_length: int, gen_length: int) -> Cache | None:
+    """The decode's KV cache as its settings ask (``dico.cache``); ValueError naming ``cache`` if the model has none."""
+    if settings.cache == "none":
+        return None
+    forward_for(predictor)
+    return Cache(settings.cache, settings.cache_refresh, prompt_length, gen_length,
+                 rows=2 if settings.cfg_scale else 1, shift=cache_shift(predictor))
 
 
 def _masked_list(values: torch.Tensor, masked: list[bool]) -> list[float | None]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from dico.attention import AttentionHooks
+from dico.cache import cached_forward
 from dico.trace import END_TEXTS
 
 EMBEDDED = Path(__file__).resolve().parent.parent / "assets" / "dico-tiny"
@@ -63,12 +64,18 @@ class MaskPredictor:
         return tensor.to(self.device)
 
     @torch.no_grad()
-    def forward(self, ids: torch.Tensor, attentions: bool = False, attention_mask: torch.Tensor | None = None):
+    def forward(self, ids: torch.Tensor, attentions: bool = False, attention_mask: torch.Tensor | None = None,
+                cache_rows: list | None = None):
         """Logits (b, l, v) aligned to positions, in the model's dtype and on its device; with ``attentions``,
         the per-layer maps too. Scoring reduces them where they are (``dico.sampling.score``).
 
         ``attention_mask`` (b, l; 1 = real token) lets a batch pad its rows on the right: positions keep
-        their ids, so each row's logits are those of its own sequence alone (``dico.batch``)."""
+        their ids, so each row's logits are those of its own sequence alone (``dico.batch``).
+        ``cache_rows`` (one ``(KVStore, positions)`` per row) makes it a cached pass (``dico.cache``)."""
+        if cache_rows is not None:
+            lengths = None if attention_mask is None else attention_mask.sum(dim=1).tolist()
+            return cached_forward(self, ids, [s for s, _ in cache_rows], [p for _, p in cache_rows], lengths,
+                                  attentions and self.supports_attention)
         kwargs, key_mask = {}, None
         capture = attentions and self.supports_attention
         if capture and self.hooks is None:

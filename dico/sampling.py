@@ -36,20 +36,25 @@ class Sampler:
     _generator: torch.Generator | None = field(default=None, repr=False)
 
     def logits(self, predictor, ids: torch.Tensor, prompt_length, attentions: bool = False,
-               attention_mask: torch.Tensor | None = None):
+               attention_mask: torch.Tensor | None = None, caches: list | None = None):
         """This step's logits (b, l, v) on the model's device; with ``cfg_scale``, LLaDA's unsupervised
         classifier-free guidance: u + (s + 1)(c - u), u from the same ids with the prompt masked.
-        ``prompt_length`` is one length or one per row (a batch); ``attention_mask`` is the model's (b, l)."""
+        ``prompt_length`` is one length or one per row (a batch); ``attention_mask`` is the model's (b, l);
+        ``caches`` (one planned ``dico.cache.Cache`` per row) make it a cached pass."""
         scale = self.settings.cfg_scale
+        rows = None if caches is None else [(c.stores[0], c.positions) for c in caches]
         if scale == 0:
-            return predictor.forward(ids, attentions=attentions, attention_mask=attention_mask)
+            return predictor.forward(ids, attentions=attentions, attention_mask=attention_mask, cache_rows=rows)
         b = ids.shape[0]
         lengths = [prompt_length] * b if isinstance(prompt_length, int) else list(prompt_length)
         unprompted = ids.clone()
         for row, m in enumerate(lengths):
             unprompted[row, :m] = predictor.mask_id
         mask = None if attention_mask is None else torch.cat([attention_mask, attention_mask])
-        both, maps = predictor.forward(torch.cat([ids, unprompted]), attentions=attentions, attention_mask=mask)
+        if rows is not None:                                   # the unprompted sequence keeps its own store
+            rows += [(c.stores[1], c.positions) for c in caches]
+        both, maps = predictor.forward(torch.cat([ids, unprompted]), attentions=attentions, attention_mask=mask,
+                                       cache_rows=rows)
         cond, uncond = both[:b].float(), both[b:].float()
         return uncond + (scale + 1) * (cond - uncond), (None if maps is None else tuple(a[:b] for a in maps))
 

@@ -18,6 +18,7 @@ NON_AR, SEMI_AR = MODES
 DEFAULT_GEN_LENGTH = 96
 DEFAULT_BLOCK_LENGTH = 32
 MAX_PROMPT_CHARS = 4000
+CACHE_KINDS = ("none", "prefix", "dual", "delayed")
 
 
 def setting(default, help: str, *, range: tuple | None = None, step: float | None = None, choices: tuple = (),
@@ -128,8 +129,9 @@ class Settings:
 
 @dataclass(frozen=True)
 class SamplingSettings(Settings):
-    """How one step's logits become predictions and confidences (``dico.sampling``): the options of LLaDA's and
-    Dream's own samplers that every method shares. The defaults are greedy and deterministic."""
+    """What every method shares: how one step's logits become predictions and confidences (``dico.sampling``, the
+    options of LLaDA's and Dream's own samplers; greedy and deterministic by default) and which positions a pass
+    computes (``dico.cache``, the KV cache; none by default)."""
     temperature: float = setting(0.0, "sample each prediction at this temperature (Gumbel noise); 0 takes the argmax",
                                  range=(0.0, 5.0), step=0.05)
     top_p: float = setting(1.0, "sample only from the smallest set of tokens whose probability reaches top_p "
@@ -146,6 +148,13 @@ class SamplingSettings(Settings):
     ban_eos: bool = setting(False, "never predict an end-of-text token (LLaDA's logits_eos_inf)")
     eos_last: bool = setting(False, "give end-of-text predictions confidence 0, so they are committed last (LLaDA's "
                              "confidence_eos_eot_inf)")
+    cache: str = setting("none", "KV cache: none (every pass computes every position); prefix / dual (Fast-dLLM: "
+                         "after a full pass at each block start, compute the block and what follows it / the block "
+                         "only, against cached keys and values; non-AR: the prompt is cached); delayed (dKV-Cache: a "
+                         "decoded token's keys and values are cached from the pass after its commit, masked positions "
+                         "are computed every pass)", choices=CACHE_KINDS)
+    cache_refresh: int = setting(0, "passes between full refreshes of the cache (1: every pass, exactly as no cache; "
+                                 "0: only when a block starts)", range=(0, 100000), step=1)
 
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingSettings))

@@ -33,7 +33,13 @@ schema 1, without the answer fields, are still read and get them computed)::
                 "seed_threshold": float | null,  # the guided confidence a seed needed (DiCo Divide)
                 "shortcut": [pos, ...],      # DiCo Divide with the Divide shortcut on: commits made for a
                                              # confidence above the shortcut, beside the seeds (older files: [])
-                "forward_s": float, "select_s": float}, ...]}  # model call; scoring + the rule's choice
+                "forward_s": float, "select_s": float,  # model call; scoring + the rule's choice
+                "refresh": bool,           # this pass recomputed the whole KV cache (false without one)
+                "token_forwards": int}, ...],  # positions this pass put through the model
+     "token_forwards": int}             # the steps' token_forwards summed (the run's counted work)
+
+Files written before the KV cache (``token_forwards`` absent) are read as uncached runs: every pass computed
+every position, twice with classifier-free guidance.
 
 ``confidence`` and ``prediction`` are null at positions already decoded before the step. A commit
 at position p is an answer commit when p < answer_length, a padding commit otherwise
@@ -82,6 +88,8 @@ class Step:
     shortcut: list[int] = field(default_factory=list)
     forward_s: float = 0.0
     select_s: float = 0.0
+    refresh: bool = False
+    token_forwards: int = 0
 
 
 @dataclass
@@ -118,6 +126,7 @@ class Trace:
     answer_nfe: int = 0
     device: str = "cpu"
     stopped: bool = False
+    token_forwards: int = 0
     attention: AttentionStages | None = None
     steps: list[Step] = field(default_factory=list)
     schema: str = SCHEMA
@@ -233,6 +242,9 @@ def _parse_step(raw, i: int, n: int) -> Step:
             f"{where}.clusters", "must be a list of inclusive [start, end] response offsets")
     for key in ("unmasked_fraction", "forward_s", "select_s"):
         _expect(_is_num(raw.get(key, 0.0)), f"{where}.{key}", "must be a number")
+    _expect(isinstance(raw.get("refresh", False), bool), f"{where}.refresh", "must be true or false")
+    _expect(_is_int(raw.get("token_forwards", 0)) and raw.get("token_forwards", 0) >= 0, f"{where}.token_forwards",
+            "must be a non-negative integer")
     _expect(raw.get("seed_threshold") is None or _is_num(raw["seed_threshold"]), f"{where}.seed_threshold",
             "must be a number or null")
     for key in ("guided_confidence", "guidance"):
@@ -279,6 +291,7 @@ def _parse_trace(data) -> Trace:
     _expect(isinstance(trace.response, list) and len(trace.response) in (0, n), "trace.response",
             f"must have gen_length = {n} token ids")
     _check_story(trace)
+    _count_work(trace, data)
     if "answer_length" in data:
         _expect(_is_int(trace.answer_length) and 0 <= trace.answer_length <= n, "trace.answer_length",
                 f"must be an integer in 0..{n}")
@@ -288,6 +301,18 @@ def _parse_trace(data) -> Trace:
         ends = [p for p, tok in enumerate(trace.response) if trace.token_text(tok).strip() in END_TEXTS]
         trace.set_answer(ends[0] if ends else (n if trace.response else 0))
     return trace
+
+
+def _count_work(trace: Trace, data: dict) -> None:
+    """token_forwards: checked against the steps, or for a file from before the cache, every position every pass."""
+    if "token_forwards" in data:
+        _expect(_is_int(trace.token_forwards) and trace.token_forwards == sum(s.token_forwards for s in trace.steps),
+                "trace.token_forwards", "must be the sum of the steps' token_forwards")
+        return
+    per_pass = (trace.prompt_length + trace.gen_length) * (2 if trace.settings.get("cfg_scale") else 1)
+    for step in trace.steps:
+        step.token_forwards = per_pass
+    trace.token_forwards = per_pass * len(trace.steps)
 
 
 def _check_story(trace: Trace) -> None:

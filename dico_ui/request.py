@@ -83,7 +83,7 @@ def given(method: str, values: dict) -> dict:
 
 
 def group_label(group: str) -> str:
-    return "Sampling (every method)" if group == SHARED else label(group)
+    return "Sampling and KV cache (every method)" if group == SHARED else label(group)
 
 
 def settings_from_json(settings) -> dict[str, dict]:

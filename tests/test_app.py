@@ -347,3 +347,14 @@ def test_the_app_layer_stays_small():
     assert len((ROOT / "app.py").read_text().splitlines()) <= 120
     for path in sorted((ROOT / "dico_ui").glob("*.py")):
         assert len(path.read_text().splitlines()) <= 400, path.name
+
+
+def test_the_kv_cache_is_a_shared_control_reaching_every_method(app_module, predictor):
+    values = defaults()
+    names = [spec.name for _, spec in CONTROLS]
+    values[names.index("cache")] = "dual"
+    *_, last = run(mode="semi-ar", gen_length=32, settings=values)
+    traces = last[R["traces"]]
+    assert traces and all(t.settings["cache"] == "dual" and 0 < t.token_forwards < t.nfe * 96 for t in traces)
+    values[names.index("cache")] = "everything"
+    assert "setting cache: must be one of none, prefix, dual, delayed" in refusal(run(settings=values))

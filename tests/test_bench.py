@@ -85,3 +85,19 @@ def test_a_table_names_the_training_step_of_the_weights_it_measured(tmp_path):
     assert training_step(str(tmp_path)) is None                       # a hub id or a folder without a train log
     (tmp_path / "train_log.json").write_text('{"step": 1234}')
     assert training_step(str(tmp_path)) == 1234
+
+
+def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items():
+    import dico
+    from dico.bench.cache import CACHE_SERVES, cache_bench, cache_cases, cache_markdown
+
+    cases = cache_cases(((16, 8),))
+    assert {(c[1], c[4]) for c in cases} == set(CACHE_SERVES) and {c[0] for c in cases} == set(METHODS)
+    rows = cache_bench(dico.load_model(attention=False), [("fast", "semi-ar", 16, 8, "dual")], ("word",), 2,
+                       progress=False)
+    (r,) = rows
+    assert (r["method"], r["cache"], r["n"], r["block_length"]) == ("fast", "dual", 2, 8)
+    assert 0 < r["token_forwards_cache"] < r["token_forwards_none"] and 0 <= r["changed"] <= 1
+    assert r["accuracy_none_low"] <= r["accuracy_none"] <= r["accuracy_none_high"]
+    assert r["tokens_per_s_none"] > 0 and r["tokens_per_s_cache"] > 0
+    assert "| Fast-dLLM | semi-ar | 16 / 8 | dual | 2 |" in cache_markdown(rows, "t")

@@ -28,6 +28,7 @@ SHORTCUT = "Divide shortcut commit"
 SHORTCUT_MARKER = dict(symbol="diamond", size=8, color=OKABE_ITO["green"], line=dict(color="black", width=1))
 SHORTCUT_HOVER = "committed above the shortcut in Divide: position %{x}, step %{y}<extra></extra>"
 ANSWER_COLOR, PADDING_COLOR, BLOCK_COLOR = COMMIT_COLOR, "#7f7f7f", "#444444"
+REFRESH_COLOR = "#17becf"           # a pass that recomputed the whole KV cache
 ANSWER_COMMIT, PADDING_COMMIT = "answer commit", "padding commit"
 CONFIDENCES = ("raw", "guided")
 # Viridis is perceptually uniform and readable with every common colour-vision deficiency. The bar stands at the
@@ -74,9 +75,27 @@ def method_color(method: str, i: int = 0) -> str:
 
 
 def run_name(trace: Trace) -> str:
-    """How a run is named in legends: method, and mode when it is semi-AR."""
+    """How a run is named in legends: method, mode when it is semi-AR, and its KV cache when it has one."""
     name = method_name(trace.method)
-    return f"{name} (semi-AR, block {trace.block_length})" if trace.mode == "semi-ar" else name
+    parts = ([f"semi-AR, block {trace.block_length}"] if trace.mode == "semi-ar" else []) + \
+        ([f"{cache_kind(trace)} cache"] if cache_kind(trace) != "none" else [])
+    return f"{name} ({', '.join(parts)})" if parts else name
+
+
+def cache_kind(trace: Trace) -> str:
+    """The run's KV cache kind ('none' for runs without one, and for traces from before the cache)."""
+    return str(trace.settings.get("cache", "none"))
+
+
+def refresh_steps(trace: Trace) -> list[int]:
+    """Steps whose pass recomputed the whole KV cache; none for a run without a cache (every pass is full there)."""
+    return [s.index for s in trace.steps if s.refresh] if cache_kind(trace) != "none" else []
+
+
+def refresh_ticks(trace: Trace, xref: str = "x domain", yref: str = "y") -> list[dict]:
+    """A short mark at the left edge of each step row whose pass refreshed the KV cache."""
+    return [dict(type="line", name="cache refresh", layer="above", x0=0, x1=0.025, y0=y, y1=y, xref=xref, yref=yref,
+                 line=dict(color=REFRESH_COLOR, width=3)) for y in refresh_steps(trace)]
 
 
 def check_confidence(confidence: str) -> str:

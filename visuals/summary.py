@@ -9,8 +9,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dico.trace import Trace
-from visuals._common import (BLOCK_COLOR, LEGEND_BELOW, PHASE_COLORS, TEMPLATE, Grid, method_color, method_name, notice,
-                             run_name, subtitle)
+from visuals._common import (BLOCK_COLOR, LEGEND_BELOW, PHASE_COLORS, REFRESH_COLOR, TEMPLATE, Grid, cache_kind,
+                             method_color, method_name, notice, refresh_steps, run_name, subtitle)
 
 STEP_X = dict(title="step (one forward pass each)", showgrid=False)
 PADDING_PATTERN = dict(shape="/", fgcolor="#555555", size=6, solidity=0.3)
@@ -45,6 +45,12 @@ def phase_figure(trace: Trace) -> go.Figure:
                                        "<extra></extra>"))
     data.append(dict(type="bar", x=[None], y=[None], yaxis="y2", name="padding (hatched)", legendgroup="padding",
                      marker=dict(color="white", line=dict(color="#555555", width=1), pattern=PADDING_PATTERN)))
+    refreshed = refresh_steps(trace)
+    if refreshed:
+        data.append(dict(type="scatter", x=refreshed, y=[0.5] * len(refreshed), yaxis="y", mode="markers",
+                         name="cache refresh", marker=dict(symbol="diamond", size=9, color=REFRESH_COLOR,
+                                                           line=dict(color="white", width=1)),
+                         hovertemplate="step %{x}: a full pass refreshed the KV cache<extra></extra>"))
     shapes = [dict(type="line", name="block start", x0=x - 0.5, x1=x - 0.5, y0=0, y1=1, xref="x", yref="paper",
                    line=dict(color=BLOCK_COLOR, width=1.2, dash="dash")) for x in g.steps[g.block_starts].tolist()]
     if g.answer_complete and trace.answer_nfe < trace.nfe:
@@ -57,7 +63,9 @@ def phase_figure(trace: Trace) -> go.Figure:
                        f"{_per_step(g.counts.sum(), trace.nfe)} tokens per step, of which "
                        f"{_per_step(g.answer_counts.sum(), trace.nfe)} answer",
                        "Top band: the phase of each step. Bars: tokens committed by that step, solid in the answer, "
-                       "hatched in the end-of-text padding." + (" Dashed: a new block starts." if shapes else "")),
+                       "hatched in the end-of-text padding." + (" Dashed: a new block starts." if shapes else "")
+                       + (" ◆: a full pass refreshed the KV cache; the others computed fewer positions."
+                          if refreshed else "")),
         xaxis=dict(STEP_X, anchor="y2", range=[-0.5, trace.nfe - 0.5]),
         yaxis=dict(domain=[0.9, 1.0], visible=False, range=[0, 1]),
         yaxis2=dict(domain=[0.0, 0.86], title="tokens committed", rangemode="tozero", anchor="x"),
@@ -137,6 +145,7 @@ def comparison_table(traces: list[Trace]) -> list[dict]:
                          tokens_per_step=_per_step(committed, t.nfe),
                          answer_tokens_per_step=_per_step(answer, t.answer_nfe),
                          tokens_per_s=round(t.tokens_per_s, 2), wall_s=round(t.wall_s, 3),
+                         token_forwards=t.token_forwards, cache=cache_kind(t),
                          speedup_nfe=ratio(base.nfe, t.nfe), speedup_answer_nfe=ratio(base.answer_nfe, t.answer_nfe),
                          speedup_wall=ratio(base.wall_s, t.wall_s)))
     return rows

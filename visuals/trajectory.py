@@ -11,8 +11,8 @@ from dico.trace import Trace
 from visuals._common import (CLUSTER_COLOR, CONFIDENCE_AXIS, FRAME, LEGEND_BELOW, PADDING_COLOR, PHASE_COLORS,
                              SEED_COLOR, SHORTCUT, SHORTCUT_HOVER, SHORTCUT_MARKER, TEMPLATE, Grid, answer_end_line,
                              answer_end_note, axis_ids, block_lines, boxes, check_confidence, cluster_spans,
-                             commit_markers, figure, labels, method_name, notice, panel_row, run_name, seed_points,
-                             subtitle)
+                             commit_markers, figure, labels, method_name, notice, panel_row, refresh_ticks, run_name,
+                             seed_points, subtitle)
 
 STEP_AXIS = dict(title="step (one forward pass each)", autorange="reversed", showgrid=False, zeroline=False)
 POSITION_AXIS = dict(title="response position", showgrid=False, zeroline=False)
@@ -92,11 +92,12 @@ def _trajectory_traces(trace: Trace, show_clusters: bool, shown: set, axes: dict
 
 
 def _marks(trace: Trace, i: int = 0, shared_y: bool = True) -> list[dict]:
-    """Block boundaries, the answer's end and the step that completed it, on panel i."""
+    """Block boundaries, the answer's end, the step that completed it and the KV cache's refresh passes (a tick at
+    the left edge), on panel i."""
     g, axes = Grid(trace), axis_ids(i, shared_y)
     x, y = axes["xaxis"], axes["yaxis"]
     return (block_lines(trace, "x", x, f"{y} domain") + answer_end_line(trace, x, f"{y} domain")
-            + answer_complete_line(trace, g, f"{x} domain", y))
+            + answer_complete_line(trace, g, f"{x} domain", y) + refresh_ticks(trace, f"{x} domain", y))
 
 
 def _status(trace: Trace) -> str:

@@ -9,6 +9,7 @@
     python -m dico.bench ablation authors     # each authors' code Conquer choice and the Divide shortcut alone
     python -m dico.bench throughput           # tokens/s at batch 1, 8 and 32 on the same items, side by side
     python -m dico.bench speed                # selection time per step against the forward pass, gen_length 256
+    python -m dico.bench cache                # tokens/s, token forwards and accuracy with and without each KV cache
     python -m dico.bench readme               # rewrite README's benchmark block from assets/bench
 
 Every speed-up is measured against Vanilla in the same run, on the same items and at the same batch size
@@ -236,8 +237,8 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("what", nargs="*", default=[],
-                        help=f"'ablation {'|'.join(ABLATIONS)}', 'throughput', 'speed', 'readme', or nothing for "
-                        "Table 1")
+                        help=f"'ablation {'|'.join(ABLATIONS)}', 'throughput', 'speed', 'cache', 'readme', or "
+                        "nothing for Table 1")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_ITEMS} items per family, gen 96/32 only")
     parser.add_argument("--items", type=int, default=None, help=f"items per task family (default {FULL_ITEMS})")
     parser.add_argument("--model", default=None, help="hub id or folder (default: the embedded model)")
@@ -272,6 +273,9 @@ def main(argv=None) -> int:
             with open(args.json, "w") as fh:
                 json.dump({"title": "speed", "rows": rows}, fh, indent=1)
         return 0
+    if args.what == ["cache"]:
+        from dico.bench.cache import cache_main
+        return cache_main(args, argv)
     known = args.what in ([], ["throughput"]) or (len(args.what) == 2 and args.what[0] == "ablation"
                                                   and args.what[1] in ABLATIONS)
     if not known:
@@ -326,20 +330,24 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    _report(args, argv, table, start, {"title": title, "model": model_name, "model_step": training_step(args.model),
+                                        "lengths": [list(p) for p in lengths], "batch_size": args.batch_size,
+                                        "jobs": args.jobs, "machine": where, "rows": rows})
+    return 0
+
+
+def _report(args, argv, table: str, start: float, record: dict) -> None:
+    """Print the table and the run time; write ``record`` (plus the command and seconds) and the table if asked."""
     seconds = round(time.time() - start)
     print(table)
     print(f"\n(ran in {seconds} s)")
     if args.json:
         command = "python -m dico.bench " + " ".join(argv if argv is not None else sys.argv[1:])
         with open(args.json, "w") as fh:
-            json.dump({"title": title, "model": model_name, "model_step": training_step(args.model),
-                       "lengths": [list(p) for p in lengths],
-                       "batch_size": args.batch_size, "jobs": args.jobs, "command": command.strip(), "machine": where,
-                       "seconds": seconds, "rows": rows}, fh, indent=1)
+            json.dump({**record, "command": command.strip(), "seconds": seconds}, fh, indent=1)
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(table + "\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,206 @@
+"""KV caches (issue 27): exact where they must be, counted, and refreshed as the settings say.
+
+With ``cache_refresh=1`` every pass is a full refresh, so every method decodes exactly as without a cache: this
+checks the cached forward (the project's own pass over BERT's modules) against transformers' own. Between
+refreshes a cached pass reuses stale keys and values; over an unchanged sequence it must still give the uncached
+logits, and the first layer's keys and values of an unchanged token never change.
+"""
+import json
+
+import pytest
+import torch
+
+import dico
+from dico.embedded import tasks
+from dico.batch import generate_batch
+from dico.cache import Cache, KVStore
+from dico.loop import Decoding
+from dico.settings import CACHE_KINDS, MODES, settings_for
+from tests.standins import random_predictor
+
+GEN, BLOCK = 32, 16
+KINDS = CACHE_KINDS[1:]
+# Every method, Vanilla twice: one token a step, and LLaDA's steps (two tokens a step here).
+METHODS = [("vanilla", {}), ("vanilla", {"steps": GEN // 2}), ("fast", {}), ("fast-factor", {}), ("dico", {})]
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    torch.set_num_threads(1)
+    return dico.load_model(attention=False)
+
+
+@pytest.fixture(scope="module")
+def prompt():
+    return tasks.make_split("word", "test", 1)[0].prompt
+
+
+def decisions(trace) -> dict:
+    """What a decode decides: text, passes, and each step's phase, commits and tokens."""
+    return {"text": trace.text, "nfe": trace.nfe,
+            "steps": [(s.phase, s.committed, s.tokens) for s in trace.steps]}
+
+
+def run(predictor, prompt, method, mode, **settings):
+    return dico.generate(predictor, prompt, method, mode=mode, gen_length=GEN,
+                         block_length=BLOCK if mode == "semi-ar" else None, **settings)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("method,extra", METHODS, ids=["vanilla", "vanilla-steps", "fast", "fast-factor", "dico"])
+def test_refreshing_every_pass_decodes_exactly_as_no_cache(predictor, prompt, method, extra, mode):
+    plain = run(predictor, prompt, method, mode, **extra)
+    for kind in KINDS:
+        cached = run(predictor, prompt, method, mode, cache=kind, cache_refresh=1, **extra)
+        assert decisions(cached) == decisions(plain), kind
+        assert all(s.refresh for s in cached.steps)
+        assert cached.token_forwards == plain.token_forwards == plain.nfe * (plain.prompt_length + GEN)
+
+
+def full_logits(predictor, ids):
+    return predictor.forward(ids)[0][0].float()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cached_pass_over_an_unchanged_sequence_gives_the_uncached_logits(predictor, prompt, kind, mode):
+    run_ = Decoding(predictor, prompt, "fast", mode=mode, gen_length=GEN, block_length=BLOCK,
+                    settings={"cache": kind, "cache_refresh": 0})
+    for _ in range(3):                              # decode a little, so decoded and masked positions both exist
+        logits, _ = run_.forward()
+        run_.step(logits)
+    run_.cache.window = None                        # as if a block started: the next pass refreshes
+    run_.plan_pass()
+    assert run_.cache.refreshed
+    run_.sampler.logits(predictor, run_.ids, run_.m, caches=[run_.cache])       # refresh on the current ids
+    positions = run_.plan_pass().positions
+    assert not run_.cache.refreshed and 0 < positions.numel() < run_.ids.shape[1]
+    logits = run_.sampler.logits(predictor, run_.ids, run_.m, caches=[run_.cache])[0][0].float()
+    expected = full_logits(predictor, run_.ids)
+    torch.testing.assert_close(logits[positions], expected[positions], rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_first_layer_keys_and_values_of_unchanged_tokens_never_change(predictor, prompt, kind):
+    run_ = Decoding(predictor, prompt, "dico", mode="semi-ar", gen_length=GEN, block_length=BLOCK,
+                    settings={"cache": kind, "cache_refresh": 0})
+    first = None
+    since: dict[int, tuple] = {}                    # response position -> its first-layer (k, v) once decoded
+    while not run_.done:
+        logits, _ = run_.forward()
+        store = run_.cache.stores[0]
+        keys, values = store.keys[0], store.values[0]                                   # h, l, d
+        if first is None:
+            first = keys[:, :run_.m].clone(), values[:, :run_.m].clone()
+        torch.testing.assert_close(keys[:, :run_.m], first[0], rtol=0, atol=1e-6)
+        torch.testing.assert_close(values[:, :run_.m], first[1], rtol=0, atol=1e-6)
+        for pos, (k, v) in since.items():
+            torch.testing.assert_close(keys[:, run_.m + pos], k, rtol=0, atol=1e-6)
+            torch.testing.assert_close(values[:, run_.m + pos], v, rtol=0, atol=1e-6)
+        computed = set(run_.cache.positions.tolist())
+        for pos in range(GEN):                      # decoded before this pass and computed with its token
+            if not run_.masked[pos] and pos not in since and run_.m + pos in computed:
+                since[pos] = keys[:, run_.m + pos].clone(), values[:, run_.m + pos].clone()
+        run_.step(logits)
+    assert since, "no decoded token's keys were ever checked"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_between_refreshes_a_pass_computes_only_its_kinds_positions(predictor, prompt, kind):
+    trace = run(predictor, prompt, "vanilla", "semi-ar", cache=kind)
+    m, length = trace.prompt_length, trace.prompt_length + GEN
+    starts = [s.index for s in trace.steps if s.index == 0 or s.window != trace.steps[s.index - 1].window]
+    assert [s.index for s in trace.steps if s.refresh] == starts == [0, BLOCK]     # a refresh at each block start
+    for step in trace.steps:
+        if step.refresh:
+            assert step.token_forwards == length
+            continue
+        masked = sum(c is not None for c in step.confidence)
+        expected = {"prefix": length - m - step.window[0], "dual": BLOCK,
+                    "delayed": masked + 1}[kind]                    # the masks and the token decoded last pass
+        assert step.token_forwards == expected, (kind, step.index)
+    assert trace.token_forwards == sum(s.token_forwards for s in trace.steps) < trace.nfe * length
+
+
+def test_refresh_every_n_passes_and_only_at_the_start_in_non_ar(predictor, prompt):
+    never = run(predictor, prompt, "vanilla", "non-ar", cache="delayed")
+    assert [s.index for s in never.steps if s.refresh] == [0]
+    every = run(predictor, prompt, "vanilla", "non-ar", cache="delayed", cache_refresh=8)
+    assert [s.index for s in every.steps if s.refresh] == list(range(0, GEN, 8))
+
+
+@pytest.mark.parametrize("kind", ["dual", "delayed"])
+def test_batched_rows_decode_as_each_prompt_alone(predictor, kind):
+    prompts = [item.prompt for item in tasks.make_split("word", "test", 2) + tasks.make_split("list", "test", 1)]
+    for refresh in (1, 0):
+        settings = {"cache": kind, "cache_refresh": refresh}
+        alone = [decisions(run(predictor, p, "dico", "semi-ar", **settings)) for p in prompts]
+        batched = generate_batch(predictor, prompts, "dico", batch_size=3, mode="semi-ar", gen_length=GEN,
+                                 block_length=BLOCK, **settings)
+        assert [decisions(t) for t in batched] == alone, refresh
+        assert [t.token_forwards for t in batched] == [sum(s.token_forwards for s in t.steps) for t in batched]
+
+
+def test_guidance_keeps_a_cache_for_the_unprompted_sequence_too(predictor, prompt):
+    plain = run(predictor, prompt, "fast", "non-ar", cfg_scale=1.0)
+    cached = run(predictor, prompt, "fast", "non-ar", cfg_scale=1.0, cache="prefix", cache_refresh=1)
+    assert decisions(cached) == decisions(plain)
+    assert plain.token_forwards == 2 * plain.nfe * (plain.prompt_length + GEN)
+    delayed = run(predictor, prompt, "fast", "non-ar", cfg_scale=1.0, cache="delayed")
+    assert delayed.token_forwards < 2 * delayed.nfe * (delayed.prompt_length + GEN)
+
+
+def test_the_trace_records_the_work_and_old_traces_read_as_uncached(predictor, prompt):
+    trace = run(predictor, prompt, "dico", "semi-ar", cache="dual")
+    back = dico.Trace.from_json(trace.to_json())
+    assert back == trace and back.settings["cache"] == "dual"
+    old = json.loads(trace.to_json())
+    old.pop("token_forwards")
+    old["settings"] = {k: v for k, v in old["settings"].items() if not k.startswith("cache")}
+    for step in old["steps"]:
+        step.pop("refresh"), step.pop("token_forwards")
+    loaded = dico.Trace.from_dict(old)
+    assert loaded.token_forwards == loaded.nfe * (loaded.prompt_length + GEN)
+    assert not any(s.refresh for s in loaded.steps)
+    wrong = json.loads(trace.to_json()) | {"token_forwards": 1}
+    with pytest.raises(dico.TraceError, match="token_forwards"):
+        dico.Trace.from_dict(wrong)
+
+
+@pytest.mark.parametrize("values,message", [({"cache": "full"}, "cache: must be one of none, prefix, dual, delayed"),
+                                            ({"cache_refresh": -1}, "cache_refresh: must be in"),
+                                            ({"cache_refresh": 0.5}, "cache_refresh: must be a whole number")])
+def test_a_bad_cache_setting_is_a_clear_message_naming_it(values, message):
+    for method in dico.METHODS:
+        with pytest.raises(ValueError, match=message):
+            settings_for(method, values)
+
+
+def test_a_model_without_a_cached_forward_is_told_so_before_any_pass():
+    predictor = random_predictor()
+    with pytest.raises(ValueError, match="cache: model 'random' has no cached forward"):
+        dico.generate(predictor, "w20 w21", "fast", gen_length=8, cache="dual")
+    assert predictor.model.calls == []
+
+
+def test_a_cache_plans_dreams_shift_one_position_earlier():
+    cache = Cache("dual", 0, prompt_length=4, gen_length=8, shift=1)
+    masked = torch.ones(8, dtype=torch.bool)
+    assert cache.plan(masked, (4, 8)).tolist() == list(range(12))                   # first pass: refresh
+    assert cache.plan(masked, (4, 8)).tolist() == list(range(7, 12))               # block 8..11 and position 7
+    assert isinstance(cache.stores[0], KVStore)
+
+
+def test_the_figures_mark_refresh_passes_and_name_the_cache(predictor, prompt):
+    from visuals import comparison_table, phase_figure, trajectory_figure
+    cached = run(predictor, prompt, "fast", "semi-ar", cache="dual")
+    plain = run(predictor, prompt, "fast", "semi-ar")
+    refreshed = [s.index for s in cached.steps if s.refresh]
+    marks = [d for d in phase_figure(cached).data if d.name == "cache refresh"]
+    assert len(marks) == 1 and list(marks[0].x) == refreshed
+    ticks = [s for s in trajectory_figure(cached).layout.shapes if s.name == "cache refresh"]
+    assert sorted(t.y0 for t in ticks) == refreshed
+    assert not [d for d in phase_figure(plain).data if d.name == "cache refresh"]
+    assert "dual cache" in phase_figure(cached).layout.title.text
+    rows = comparison_table([plain, cached])
+    assert [r["cache"] for r in rows] == ["none", "dual"] and rows[1]["token_forwards"] < rows[0]["token_forwards"]
