@@ -72,7 +72,8 @@ def test_settings_reach_every_row_as_keywords(predictor, prompts):
     packed = generate_batch(predictor, prompts[:2], "fast", batch_size=2, gen_length=GEN,
                             settings={"threshold": 0.5})
     assert [t.settings["threshold"] for t in loose + packed] == [0.5] * 4
-    assert [same_decode(t) for t in loose] == [same_decode(t) for t in packed]
+    for mine, theirs in zip(loose, packed):     # up to near ties: under the noise plugin each run has its own noise
+        assert_decodes_as(theirs, mine)
 
 
 def test_the_step_stream_names_each_row_and_closing_it_stops_the_unfinished(predictor, prompts):
