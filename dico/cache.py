@@ -156,7 +156,8 @@ def cached_forward(predictor, ids: torch.Tensor, stores: list[KVStore], position
     padded = torch.cat([ids, torch.full((b, ex.width - l), predictor.mask_id, dtype=ids.dtype)], dim=1) \
         if ex.width > l else ids
     qids = predictor.to_model(padded).gather(1, ex.qpos)                                           # b, q
-    raw, maps = forward_for(predictor)(predictor.model, qids, ex, attentions)                     # b, q, v
+    wanted = attentions and (True if predictor.hooks is None else predictor.hooks.sites)  # LLaDA/Dream: the hooked
+    raw, maps = forward_for(predictor)(predictor.model, qids, ex, wanted)                # layers; b, q, v
     shift = cache_shift(predictor)
     out = []
     for row, store in enumerate(stores):
