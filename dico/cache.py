@@ -23,7 +23,8 @@ computed this pass being the ones last computed (positions outside the window, w
 The forward itself (``cached_forward``) runs the model's own modules for the computed positions only,
 each layer writing their fresh keys and values into the store and attending over all of it at real
 positions: the embedded BERT model (``_bert``, relative-key distances from real positions) here, and
-LLaDA and Dream through their own code patched at load (``dico.remote_cache``).
+LLaDA and Dream (``dico.remote_cache``: rotary positions, grouped key/value heads; attached to the model at
+load as ``dico_cached_forward`` when its modules are the published ones, else the cache is refused).
 """
 from __future__ import annotations
 
@@ -179,7 +180,7 @@ def forward_for(predictor):
     model = predictor.model
     if hasattr(model, "bert") and hasattr(model, "cls"):
         return _bert
-    runner = getattr(model, "dico_cached_forward", None)         # LLaDA / Dream, patched at load (dico.remote_cache)
+    runner = getattr(model, "dico_cached_forward", None)         # LLaDA / Dream, attached at load (dico.remote_cache)
     if runner is not None:
         return runner
     raise ValueError(f"cache: model {predictor.name!r} has no cached forward (the embedded BERT model, LLaDA and Dream "
