@@ -15,7 +15,7 @@ from dico.batch import generate_batch
 from dico.loop import Decoding
 from dico.remote_cache import attach
 from dico.settings import CACHE_KINDS, MODES
-from tests.standins import llada_standin, remote_model_folder
+from tests.standins import llada_standin, partial_cached_pass, remote_model_folder
 
 GEN, BLOCK = 16, 8
 KINDS = CACHE_KINDS[1:]
@@ -80,17 +80,9 @@ def test_a_cached_pass_over_an_unchanged_sequence_gives_the_uncached_logits(mode
     predictor = models[name]
     run_ = Decoding(predictor, PROMPT, "vanilla", mode=mode, gen_length=GEN, block_length=BLOCK,
                     settings={"cache": kind, "cache_refresh": 0})
-    for _ in range(3):                              # decode a little, so decoded and masked positions both exist
-        logits, _ = run_.forward()
-        run_.step(logits)
-    run_.cache.window = None                        # as if a block started: the next pass refreshes
-    run_.plan_pass()
-    run_.sampler.logits(predictor, run_.ids, run_.m, caches=[run_.cache])
-    positions = run_.plan_pass().positions
-    assert not run_.cache.refreshed and 0 < positions.numel() < run_.ids.shape[1]
+    positions, logits = partial_cached_pass(predictor, run_)
     window = torch.arange(run_.m + run_.window[0], run_.m + run_.window[1])
     assert set(window.tolist()) <= set(positions.tolist()) or kind == "delayed"
-    logits = run_.sampler.logits(predictor, run_.ids, run_.m, caches=[run_.cache])[0][0]
     expected = predictor.forward(run_.ids)[0][0]
     assert logits.dtype == expected.dtype == torch.float32
     torch.testing.assert_close(logits[positions], expected[positions], rtol=0, atol=2e-5)
