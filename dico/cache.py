@@ -183,8 +183,8 @@ def forward_for(predictor):
     runner = getattr(model, "dico_cached_forward", None)         # LLaDA / Dream, attached at load (dico.remote_cache)
     if runner is not None:
         return runner
-    raise ValueError(f"cache: model {predictor.name!r} has no cached forward (the embedded BERT model, LLaDA and Dream "
-                     "have one); set cache to none")
+    raise ValueError(f"cache: model {predictor.name!r} has no cached forward (the embedded BERT model has one, and "
+                     "LLaDA and Dream whose modules are the published ones); set cache to none")
 
 
 # ------------------------------------------------------------------------------------------- BERT
