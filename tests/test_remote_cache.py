@@ -160,3 +160,15 @@ def test_a_model_of_another_structure_keeps_no_cached_forward_and_is_told_so(tmp
     predictor = dico.load_model(folders["dream"], trust_remote_code=True)
     del predictor.model.model.layers[1].mlp                          # a layer it does not know
     assert not attach(predictor.model, "dream") and not attach(predictor.model, "llada")
+
+
+@pytest.mark.parametrize("name", ["llada", "dream"])
+def test_in_bfloat16_the_cache_computes_in_the_models_dtype(folders, name):
+    predictor = dico.load_model(folders[name], trust_remote_code=True, dtype="bfloat16")
+    plain = run(predictor, "dico", "semi-ar")
+    cached = run(predictor, "dico", "semi-ar", cache="dual", cache_refresh=1)
+    assert decisions(cached) == decisions(plain)
+    run_ = Decoding(predictor, PROMPT, "dico", mode="semi-ar", gen_length=GEN, block_length=BLOCK,
+                    settings={"cache": "dual", "cache_refresh": 0})
+    run_.forward()
+    assert run_.cache.stores[0].logits.dtype == run_.cache.stores[0].keys[0].dtype == torch.bfloat16
