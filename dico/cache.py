@@ -23,7 +23,8 @@ computed this pass being the ones last computed (positions outside the window, w
 The forward itself (``cached_forward``) runs the model's own modules for the computed positions only,
 each layer writing their fresh keys and values into the store and attending over all of it at real
 positions: the embedded BERT model (``_bert``, relative-key distances from real positions) here, and
-LLaDA and Dream through their own code patched at load (``dico.remote_cache``).
+LLaDA and Dream (``dico.remote_cache``: rotary positions, grouped key/value heads; attached to the model at
+load as ``dico_cached_forward`` when its modules are the published ones, else the cache is refused).
 """
 from __future__ import annotations
 
@@ -156,7 +157,8 @@ def cached_forward(predictor, ids: torch.Tensor, stores: list[KVStore], position
     padded = torch.cat([ids, torch.full((b, ex.width - l), predictor.mask_id, dtype=ids.dtype)], dim=1) \
         if ex.width > l else ids
     qids = predictor.to_model(padded).gather(1, ex.qpos)                                           # b, q
-    raw, maps = forward_for(predictor)(predictor.model, qids, ex, attentions)                     # b, q, v
+    wanted = attentions and (True if predictor.hooks is None else predictor.hooks.sites)  # LLaDA/Dream: the hooked
+    raw, maps = forward_for(predictor)(predictor.model, qids, ex, wanted)                # layers; b, q, v
     shift = cache_shift(predictor)
     out = []
     for row, store in enumerate(stores):
@@ -178,11 +180,11 @@ def forward_for(predictor):
     model = predictor.model
     if hasattr(model, "bert") and hasattr(model, "cls"):
         return _bert
-    runner = getattr(model, "dico_cached_forward", None)         # LLaDA / Dream, patched at load (dico.remote_cache)
+    runner = getattr(model, "dico_cached_forward", None)         # LLaDA / Dream, attached at load (dico.remote_cache)
     if runner is not None:
         return runner
-    raise ValueError(f"cache: model {predictor.name!r} has no cached forward (the embedded BERT model, LLaDA and Dream "
-                     "have one); set cache to none")
+    raise ValueError(f"cache: model {predictor.name!r} has no cached forward (the embedded BERT model has one, and "
+                     "LLaDA and Dream whose modules are the published ones); set cache to none")
 
 
 # ------------------------------------------------------------------------------------------- BERT

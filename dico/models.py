@@ -23,6 +23,7 @@ import torch
 
 from dico.attention import AttentionHooks
 from dico.cache import cached_forward
+from dico.remote_cache import attach
 from dico.trace import END_TEXTS
 
 EMBEDDED = Path(__file__).resolve().parent.parent / "assets" / "dico-tiny"
@@ -327,6 +328,8 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
     if chat and not has_template:
         raise ModelError(f"chat: the tokenizer of {label!r} has no chat template")
     hooks = AttentionHooks.find(model, attention_layers) if attention and kind != "masked-lm" else None
+    if kind != "masked-lm":
+        attach(model, kind)         # a cached forward when its modules are LLaDA's or Dream's (dico.remote_cache)
     return MaskPredictor(name=label, kind=kind, model=model, tokenizer=tokenizer, mask_id=mask_id,
                          max_length=max_length, chat=has_template if chat is None else chat,
                          supports_attention=attention and (kind == "masked-lm" or hooks is not None), device=dev,
@@ -339,5 +342,7 @@ def from_module(model: torch.nn.Module, tokenizer, *, kind: str, mask_id: int, m
     (where the module already is)."""
     if kind not in ("masked-lm", "llada", "dream"):
         raise ModelError(f"kind: unknown model kind {kind!r}; choose masked-lm, llada or dream")
+    if kind != "masked-lm":
+        attach(model, kind)
     return MaskPredictor(name=name, kind=kind, model=model.eval(), tokenizer=tokenizer, mask_id=mask_id,
                          max_length=max_length, chat=chat, supports_attention=False, device=torch.device(device))

@@ -14,6 +14,7 @@
   (every forward pass must become a step) and its phases, for the rule tests.
 - ``remote_model_folder(path, kind)``: a LLaDA- or Dream-shaped model folder with its own code
   (``tests/remote_standin.py``), its mask id in the config and a chat template, for ``trust_remote_code``.
+- ``partial_cached_pass(predictor, decoding)``: a cached decode's pass between refreshes over an unchanged sequence.
 """
 from __future__ import annotations
 
@@ -344,6 +345,22 @@ def remote_model_folder(path: Path, kind: str, seed: int = 0, **config) -> Path:
     saved["auto_map"] = {"AutoConfig": f"modeling_standin.{names[0]}", "AutoModel": f"modeling_standin.{names[1]}"}
     (path / "config.json").write_text(json.dumps(saved))
     return path
+
+
+def partial_cached_pass(predictor, run, steps: int = 3):
+    """Decode ``steps`` steps of a cached ``Decoding`` (decoded and masked positions both exist), refresh on its
+    current ids as if a block started, then make the next pass, one between refreshes: its computed positions and
+    logits (l, v), to compare with an uncached pass over the same ids."""
+    for _ in range(steps):
+        logits, _ = run.forward()
+        run.step(logits)
+    run.cache.window = None
+    run.plan_pass()
+    assert run.cache.refreshed
+    run.sampler.logits(predictor, run.ids, run.m, caches=[run.cache])
+    positions = run.plan_pass().positions
+    assert not run.cache.refreshed and 0 < positions.numel() < run.ids.shape[1]
+    return positions, run.sampler.logits(predictor, run.ids, run.m, caches=[run.cache])[0][0]
 
 
 # ---------------------------------------------------------------------------- driving rules

@@ -16,7 +16,7 @@ from dico.batch import generate_batch
 from dico.cache import Cache, KVStore
 from dico.loop import Decoding
 from dico.settings import CACHE_KINDS, MODES, settings_for
-from tests.standins import random_predictor
+from tests.standins import partial_cached_pass, random_predictor
 
 GEN, BLOCK = 32, 16
 KINDS = CACHE_KINDS[1:]
@@ -66,16 +66,8 @@ def full_logits(predictor, ids):
 def test_a_cached_pass_over_an_unchanged_sequence_gives_the_uncached_logits(predictor, prompt, kind, mode):
     run_ = Decoding(predictor, prompt, "fast", mode=mode, gen_length=GEN, block_length=BLOCK,
                     settings={"cache": kind, "cache_refresh": 0})
-    for _ in range(3):                              # decode a little, so decoded and masked positions both exist
-        logits, _ = run_.forward()
-        run_.step(logits)
-    run_.cache.window = None                        # as if a block started: the next pass refreshes
-    run_.plan_pass()
-    assert run_.cache.refreshed
-    run_.sampler.logits(predictor, run_.ids, run_.m, caches=[run_.cache])       # refresh on the current ids
-    positions = run_.plan_pass().positions
-    assert not run_.cache.refreshed and 0 < positions.numel() < run_.ids.shape[1]
-    logits = run_.sampler.logits(predictor, run_.ids, run_.m, caches=[run_.cache])[0][0].float()
+    positions, logits = partial_cached_pass(predictor, run_)
+    logits = logits.float()
     expected = full_logits(predictor, run_.ids)
     torch.testing.assert_close(logits[positions], expected[positions], rtol=0, atol=2e-5)
 

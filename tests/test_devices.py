@@ -105,12 +105,21 @@ def test_each_step_brings_one_small_transfer_to_the_host(gpu):
 
 # ============================================================================ LLaDA- and Dream-shaped models
 
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory):
+    """LLaDA- and Dream-shaped stand-ins, each loaded on the CPU and on the accelerator: {kind: (cpu, gpu)}."""
+    root, pairs = tmp_path_factory.mktemp("remote"), {}
+    for kind in ("llada", "dream"):
+        folder = remote_model_folder(root / f"{kind}-standin", kind)
+        with accelerator():
+            gpu = dico.load_model(folder, trust_remote_code=True, device="cuda", dtype="float32")
+        pairs[kind] = dico.load_model(folder, trust_remote_code=True), gpu
+    return pairs
+
+
 @pytest.mark.parametrize("kind", ["llada", "dream"])
-def test_remote_code_models_decode_and_give_attention_on_the_accelerator(tmp_path, kind):
-    folder = remote_model_folder(tmp_path / f"{kind}-standin", kind)
-    cpu = dico.load_model(folder, trust_remote_code=True)
-    with accelerator():
-        gpu = dico.load_model(folder, trust_remote_code=True, device="cuda", dtype="float32")
+def test_remote_code_models_decode_and_give_attention_on_the_accelerator(remote, kind):
+    cpu, gpu = remote[kind]
     for method in ("vanilla", "dico"):
         want = dico.generate(cpu, "w1 w2 w3", method, gen_length=12, capture_attention=True)
         with accelerator():
@@ -134,3 +143,30 @@ def test_cuda_defaults_to_bfloat16_the_cpu_to_float32_and_both_can_be_chosen():
     assert default_device_dtype("cpu") == (torch.device("cpu"), torch.float32)
     assert default_device_dtype("cuda", "float32") == (torch.device("cuda"), torch.float32)
     assert default_device_dtype("cpu", "bf16") == (torch.device("cpu"), torch.bfloat16)
+
+
+# ============================================================================ KV caches
+
+@pytest.mark.parametrize("method, mode, kind", [("dico", "semi-ar", "dual"), ("fast", "non-ar", "delayed"),
+                                                ("vanilla", "semi-ar", "prefix")])
+def test_a_cached_decode_gives_on_the_accelerator_what_it_gives_on_the_cpu(cpu, gpu, method, mode, kind):
+    want, got = decode_both(cpu, gpu, method, mode, cache=kind)
+    assert commits(got) == commits(want) and got.text == want.text
+    assert [s.token_forwards for s in got.steps] == [s.token_forwards for s in want.steps]
+    assert any(not s.refresh for s in got.steps)                      # passes that computed only part of it
+    TRANSFERS.clear()
+    with accelerator():
+        trace = dico.generate(gpu, PROMPT, method, mode=mode, **RUN, cache=kind)
+    assert TRANSFERS == [("cpu", 3 * RUN["gen_length"])] * trace.nfe     # still one small copy a step
+
+
+@pytest.mark.parametrize("kind", ["llada", "dream"])
+def test_llada_and_dream_decode_with_a_cache_on_the_accelerator_as_on_the_cpu(remote, kind):
+    cpu, gpu = remote[kind]
+    for mode, cache in (("semi-ar", "dual"), ("non-ar", "delayed")):
+        options = dict(mode=mode, gen_length=12, block_length=6, cache=cache)
+        want = dico.generate(cpu, "w1 w2 w3", "dico", **options)
+        with accelerator():
+            got = dico.generate(gpu, "w1 w2 w3", "dico", **options)
+        assert commits(got) == commits(want) and got.text == want.text
+        assert got.token_forwards == want.token_forwards < got.nfe * (got.prompt_length + 12)

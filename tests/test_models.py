@@ -268,11 +268,12 @@ def test_remote_code_models_decode_with_every_method_stop_at_their_end_token_and
 @pytest.mark.parametrize("kind, qk_norm", [("llada", False), ("llada", True), ("dream", False)])
 def test_the_hooks_recompute_the_attention_the_model_computed(tmp_path, kind, qk_norm):
     from standins import remote_model_folder
-    folder = remote_model_folder(tmp_path / "m", kind, keep_probs=True, qk_norm=qk_norm)
+    extra = {"attention_layer_norm": qk_norm, "n_kv_heads": 2} if kind == "llada" else {}
+    folder = remote_model_folder(tmp_path / "m", kind, keep_probs=True, **extra)
     p = load_model(folder, trust_remote_code=True)
     ids = torch.tensor([p.encode_prompt("w1 w2 w3") + [p.mask_id] * 5])
     _, maps = p.forward(ids, attentions=True)
-    sites = [getattr(block, "self_attn", block) for block in p.model.blocks]
+    sites = list(p.model.model.transformer.blocks) if kind == "llada" else [l.self_attn for l in p.model.model.layers]
     truth = torch.stack([site.probs[0].mean(dim=0) for site in sites]).mean(dim=0)         # l, l
     assert maps[0].shape == (1, 1, ids.shape[1], ids.shape[1])
     assert torch.allclose(maps[0][0, 0], truth, atol=1e-5)
