@@ -69,7 +69,8 @@ def test_a_cached_pass_over_an_unchanged_sequence_gives_the_uncached_logits(pred
     positions, logits = partial_cached_pass(predictor, run_)
     logits = logits.float()
     expected = full_logits(predictor, run_.ids)
-    torch.testing.assert_close(logits[positions], expected[positions], rtol=0, atol=2e-5)
+    # rtol: another CPU's kernels (and the noise plugin) move a logit by about 1e-6 of itself
+    torch.testing.assert_close(logits[positions], expected[positions], rtol=1e-5, atol=2e-5)
 
 
 @pytest.mark.parametrize("kind", KINDS)
