@@ -45,7 +45,7 @@ def test_an_unknown_wording_is_refused_not_read_as_free():
         tasks.make_split("word", size=3, wording="shfited")
 
 
-@pytest.mark.parametrize("family", tasks.FAMILIES)
+@pytest.mark.parametrize("family", ("word", "list"))
 def test_wording_varies(family):
     rng = random.Random(11)
     openings = {tasks.make_item(family, rng).answer.split(" ")[0] for _ in range(300)}
@@ -86,7 +86,7 @@ def test_training_stream_favours_word_problems_and_drills_lists_past_twenty():
     stream = tasks.train_stream(seed=5, copy_drills=False)
     items = [next(stream) for _ in range(1500)]
     words = sum(item.family == "word" for item in items)
-    assert 0.6 < words / len(items) < 0.73
+    assert 0.34 < words / len(items) < 0.46       # two in five: word, word, list, pick, team
     lists = [item for item in items if item.family == "list"]
     biggest = [max(map(int, re.findall(r"\d+", item.prompt.split(".")[0]))) for item in lists]   # the list sentence
     assert 0.35 < sum(b > 20 for b in biggest) / len(lists) < 0.55

@@ -13,12 +13,20 @@ _UNTRAINED_OP = re.compile(r"\b(divide[sd]?|half|halves|triples?|tripled|times|p
                            r"multipl\w*[^.]*?\bby (?!2\b)\d+)\b", re.IGNORECASE)
 _SUBTRACT = re.compile(r"\b(subtract|take \d+ away|smaller by)\b", re.IGNORECASE)
 _NUMBER_LIST = re.compile(r"\d+(?:\s*,\s*\d+)+")
+_TEAM = re.compile(r"\b(leader|lead|team)\b", re.IGNORECASE)
+_PICK = re.compile(r"\b(pick|choose|take)\b[^.?]*?\b(one|two|three|four|five|six)\b|\b(one|two|three|four)\b[^.?]*?\b"
+                   r"(of them|of these)\b", re.IGNORECASE)
 
 
 def task_shape(prompt: str) -> str | None:
     """The trained task this prompt looks like: "word" (a "How many ...?" question with numbers), "list" (numbers
-    and an operation on them), "copy" (a copy drill), or None."""
+    and an operation on them), "team" (choose a leader or a team of two from full names), "pick" (pick a number of
+    the things listed), "copy" (a copy drill), or None."""
     numbers = re.findall(r"\d+", prompt)
+    if not numbers and _TEAM.search(prompt):
+        return "team"
+    if not numbers and _PICK.search(prompt):
+        return "pick"
     if _HOW_MANY.search(prompt) and numbers:
         return "word"
     if len(numbers) >= 2 and _LIST_OP.search(prompt):
@@ -33,7 +41,8 @@ def outside(prompt: str) -> list[str]:
     answer; failing says not to read a wrong one as the decoder's fault."""
     shape = task_shape(prompt)
     if shape is None:
-        return ["no word problem (a 'How many ...?' question with numbers), list task or copy drill recognised"]
+        return ["no word problem (a 'How many ...?' question with numbers), list task, pick or team task or copy "
+                "drill recognised"]
     numbers = [int(n) for n in re.findall(r"\d+", prompt)]
     reasons = []
     if shape != "copy" and _UNTRAINED_OP.search(prompt):     # a copy drill copies any word, "half" too
@@ -46,6 +55,13 @@ def outside(prompt: str) -> list[str]:
                            f"{WORD_START[0]} to {WORD_START[1]}")
         if len(numbers) > 4:
             reasons.append(f"{len(numbers) - 1} changes; word problems were trained with 1 to 3")
+    elif shape in ("pick", "team"):
+        listing = max(re.split(r"[.?:]", prompt), key=lambda sentence: sentence.count(","))
+        offered = listing.rsplit(" and ", 1)[0].count(",") + (2 if " and " in listing else 1)
+        if shape == "pick" and re.search(r"\b(four|five|six|seven|eight|nine|ten)\b", prompt, re.IGNORECASE):
+            reasons.append("picks of two or three things were trained")
+        if offered > 5:
+            reasons.append("lists of at most five things to choose from were trained")
     elif shape == "list":
         span = _NUMBER_LIST.search(prompt)
         items = [int(n) for n in re.findall(r"\d+", span.group())] if span else numbers

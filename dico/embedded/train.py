@@ -79,6 +79,23 @@ def export(run: Path, out: Path) -> int:
     return 0
 
 
+def parse_mix(text: str) -> tuple[tuple[str, int], ...]:
+    """'word=2,list=1' -> (("word", 2), ("list", 1)): known families, positive whole weights, each named once."""
+    from dico.embedded.tasks import FAMILIES
+
+    mix = []
+    for part in text.split(","):
+        family, _, weight = part.strip().partition("=")
+        if family not in FAMILIES:
+            raise argparse.ArgumentTypeError(f"unknown family {family!r}; choose from {', '.join(FAMILIES)}")
+        if not weight.isdigit() or int(weight) < 1:
+            raise argparse.ArgumentTypeError(f"{family}: the weight must be a whole number >= 1, not {weight!r}")
+        if family in dict(mix):
+            raise argparse.ArgumentTypeError(f"{family} is named twice")
+        mix.append((family, int(weight)))
+    return tuple(mix)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line: the model's shape, the data's mix, the schedule, and where a run starts from."""
     parser = argparse.ArgumentParser(prog="python -m dico.embedded.train", description=__doc__.split("\n\n")[0])
@@ -116,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="share of examples that also mask one number or name/object mention of the answer "
                              "and all its later mentions (teaches computing and copying from the prompt; 0: "
                              "plain LLaDA masking)")
+    parser.add_argument("--mix", type=parse_mix, default=None, metavar="FAMILY=WEIGHT,...",
+                        help="the families' shares in training, e.g. word=2,list=1,pick=3,team=3 (default: "
+                             "dico.embedded.tasks.TRAIN_MIX)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--checkpoint-every", type=int, default=0, help="also save every this many steps")
@@ -250,7 +270,8 @@ def train(run: Run) -> None:
     args, model, optimizer, tokenizer = run.args, run.model, run.optimizer, run.tokenizer
     torch.manual_seed(args.seed + run.step)
     rng = random.Random(args.seed * 1_000_003 + run.step)
-    stream = tasks.train_stream(args.seed * 1_000_003 + run.step, wording=args.wording)
+    stream = tasks.train_stream(args.seed * 1_000_003 + run.step, wording=args.wording,
+                                mix=args.mix or tasks.TRAIN_MIX)
     generator = torch.Generator().manual_seed(args.seed * 1_000_003 + run.step)
     number, _ = token_tables(tokenizer)
     budget = args.minutes * 60

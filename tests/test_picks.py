@@ -1,0 +1,86 @@
+"""Pick and team (issue 26): answers with several valid forms whose tokens depend on each other."""
+import itertools
+import random
+
+import pytest
+
+from dico.embedded import picks, scope, tasks
+
+
+def _answer(item, names):
+    return f"I pick {picks._joined(names)}." if item.family == "pick" else \
+        f"The {'leader' if item.count == 1 else 'team'} is {picks._joined(names)}."
+
+
+@pytest.mark.parametrize("family", ("pick", "team"))
+def test_every_choice_of_distinct_offered_items_in_any_order_is_right(family):
+    for item in tasks.make_split(family)[:40]:
+        for names in itertools.permutations(item.offered, item.count):
+            assert tasks.check(item, _answer(item, names)), (item.prompt, names)
+
+
+@pytest.mark.parametrize("family", ("pick", "team"))
+def test_repeats_items_not_offered_and_wrong_counts_are_wrong(family):
+    for item in tasks.make_split(family)[:40]:
+        first = item.offered[0]
+        if item.count >= 2:
+            assert not tasks.check(item, _answer(item, [first] * item.count))                # a repeat
+        assert not tasks.check(item, _answer(item, list(item.offered[:item.count - 1]) + ["Zed Quux"]))
+        if item.count < len(item.offered) and not (family == "team" and item.count == 1):
+            assert not tasks.check(item, _answer(item, item.offered[:item.count + 1]))        # one too many
+
+
+def test_a_mixture_of_two_people_is_nobody_on_the_list():
+    """First names differ and surnames differ, so 'Ben' of one person and 'Howard' of another is wrong."""
+    for item in tasks.make_split("team")[:100]:
+        (a_first, a_last), (b_first, b_last) = item.offered[0].split(), item.offered[1].split()
+        assert f"{a_first} {b_last}" not in item.offered
+        mixed = [f"{a_first} {b_last}"] + list(item.offered[2:2 + item.count - 1])
+        assert not tasks.check(item, _answer(item, mixed))
+
+
+def test_broken_sentences_are_wrong():
+    item = next(i for i in tasks.make_split("pick") if i.count == 2)
+    a, b = item.offered[:2]
+    for text in (f"I pick {a}, {b}.", f"I pick {a} and {b}", f"I pick {a} and and {b}.", f"pick {a} and {b}.",
+                 f"I pick {a} and {b}. I pick {a} and {b}.", f"I {a} and {b}.", ""):
+        assert not tasks.check(item, text), text
+    assert tasks.check(item, f"  I pick {b} and {a}.  ")      # surrounding space is not an error
+    team = next(i for i in tasks.make_split("team") if i.count == 1)
+    assert not tasks.check(team, f"The team is {team.offered[0]}.")     # one person is a leader, not a team
+
+
+@pytest.mark.parametrize("family", ("pick", "team"))
+def test_a_prompt_tells_how_long_its_answer_is(family):
+    """Every item a prompt offers has the same number of tokenizer pieces, so every valid answer to it has one
+    length (Vanilla non-AR places the end-of-text from the prompt alone)."""
+    for item in tasks.make_split(family):
+        assert len({picks.pieces(option) for option in item.offered}) == 1, item.prompt
+
+
+@pytest.mark.parametrize("family", ("pick", "team"))
+def test_pick_and_team_prompts_are_trained_shapes(family):
+    for item in tasks.make_split(family):
+        assert scope.task_shape(item.prompt) == family and scope.outside(item.prompt) == [], item.prompt
+
+
+def test_prompts_past_the_trained_picks_are_told_why():
+    assert scope.outside("Pick four of these: cards, shells, coins, eggs and pens.") == \
+        ["picks of two or three things were trained"]
+    assert "at most five" in scope.outside("Pick two of these: a, b, c, d, e and f.")[0]
+
+
+def test_training_offers_the_new_families_a_fifth_each():
+    stream = tasks.train_stream(5)
+    families = [next(stream).family for _ in range(3000)]
+    for family in ("pick", "team"):
+        assert 0.13 < families.count(family) / len(families) < 0.21
+
+
+def test_items_are_drawn_from_the_training_word_lists_only():
+    words = set(tasks.OBJECTS) | set(tasks.NAMES) | set(tasks.TEAM_SURNAMES)
+    rng = random.Random(3)
+    for family in ("pick", "team"):
+        for _ in range(200):
+            item = tasks.make_item(family, rng)
+            assert all(part in words for option in item.offered for part in option.split())
