@@ -90,6 +90,14 @@ def test_numbers_up_to_200_are_one_token_each_and_bigger_ones_still_encode(token
     assert len(tokenizer("250", add_special_tokens=False)["input_ids"]) == 2
 
 
+def test_every_machine_builds_the_shipped_tokenizer(tokenizer):
+    """A new task family must not change the tokenizer the shipped model was trained with (it is learned from the
+    number families' text only)."""
+    shipped = json.loads((ROOT / "assets" / "dico-tiny" / "tokenizer.json").read_text())["model"]
+    built = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
+    assert (built["vocab"], built["merges"]) == (shipped["vocab"], shipped["merges"])
+
+
 def test_tokenizer_saves_and_loads_offline_like_a_hub_tokenizer(tokenizer, tmp_path):
     from transformers import AutoTokenizer
 
