@@ -14,7 +14,7 @@ pytest.importorskip("lm_eval")
 pytest.importorskip("accelerate")
 
 from dico.bench import benchmark                    # noqa: E402
-from dico.bench.eval import OWN_TASKS, TASKS_DIR, DiCoLM, main  # noqa: E402
+from dico.bench.eval import OWN_TASKS, TASKS_DIR, DiCoLM, main, task_files  # noqa: E402
 from dico.embedded import tasks                     # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +44,8 @@ def test_task_data_is_the_benchmarks_held_out_split_in_order():
         lines = (TASKS_DIR / f"{family}.jsonl").read_text().splitlines()
         assert [json.loads(line) for line in lines] == [json.loads(json.dumps(asdict(item))) for item in tasks.make_split(family)], \
             "stale task data: run python -m dico.bench.eval --write-task-data"
-        assert (TASKS_DIR / f"dico_{family}.yaml").exists()
+        for name, text in task_files(family).items():
+            assert (TASKS_DIR / name).read_text() == text, f"stale {name}: run python -m dico.bench.eval --write-task-data"
     assert OWN_TASKS == {f"dico_{family}" for family in tasks.FAMILIES}
 
 
@@ -54,6 +55,29 @@ def test_answers_are_scored_by_the_projects_checker():
     item = tasks.make_split("list", "test", 1)[0]
     assert process_results(asdict(item), [item.answer]) == {"exact_match": 1.0}
     assert process_results(asdict(item), ["The answer is 0."]) == {"exact_match": 0.0}
+
+
+def test_lm_eval_loads_a_task_per_family_and_any_valid_choice_is_right():
+    """Each dico_* task, as lm-eval loads it, is its family's held-out split; a pick or team item carries what the
+    checker needs (the offered items and the count), so another valid choice scores and a mixture does not."""
+    from lm_eval.tasks import TaskManager, get_task_dict
+
+    from dico.bench.lm_eval_tasks.utils import process_results
+
+    loaded = get_task_dict(sorted(OWN_TASKS), TaskManager(include_path=str(TASKS_DIR), include_defaults=False))
+    for family in tasks.FAMILIES:
+        docs = list(loaded[f"dico_{family}"].test_docs())
+        assert [d["prompt"] for d in docs] == [item.prompt for item in tasks.make_split(family)]
+    pick = next(d for d in loaded["dico_pick"].test_docs() if d["count"] == 2)
+    a, b, c = pick["offered"][:3]
+    assert process_results(pick, [f"I pick {b} and {a}."]) == process_results(pick, [f"I pick {c} and {a}."]) == \
+        {"acc": 1.0}
+    assert process_results(pick, [f"I pick {a} and {a}."]) == process_results(pick, [f"I pick {a[:2]}{b[2:]} and {c}."]) \
+        == {"acc": 0.0}
+    team = next(d for d in loaded["dico_team"].test_docs() if d["count"] == 1)
+    (first, last), (other, surname) = (name.split() for name in team["offered"][:2])
+    assert process_results(team, [f"The leader is {other} {surname}."]) == {"acc": 1.0}
+    assert process_results(team, [f"The leader is {first} {surname}."]) == {"acc": 0.0}       # two people mixed
 
 
 def test_batch_sizes_agree_with_each_other_and_with_the_benchmark(tmp_path, monkeypatch, capsys):

@@ -7,9 +7,11 @@
     accelerate launch -m dico.bench.eval ...       # data-parallel: each process decodes its share, results are gathered
     accelerate launch --multi_gpu --num_processes 2 -m dico.bench.eval ...    # the same with two CPU processes (gloo)
 
-The paper, LLaDA and Fast-dLLM all report through lm-eval, so results here compare with theirs. Tasks
-``dico_word`` and ``dico_list`` (``dico/bench/lm_eval_tasks``) hold the held-out items as local JSONL, scored with
-``dico.embedded.tasks.check``: ``--limit N`` scores exactly the benchmark's first N items. Any other task (gsm8k,
+The paper, LLaDA and Fast-dLLM all report through lm-eval, so results here compare with theirs. A task per family
+of ``dico.embedded.tasks.FAMILIES`` (``dico_word``, ``dico_list``, ``dico_pick``, ``dico_team``; in
+``dico/bench/lm_eval_tasks``) holds the held-out items as local JSONL, scored with ``dico.embedded.tasks.check``
+(word and list: the exact final answer, ``exact_match``; pick and team: any valid choice, ``acc``): ``--limit N``
+scores exactly the benchmark's first N items. Any other task (gsm8k,
 humaneval, mbpp, minerva_math) and any lm-eval option not listed here (--num_fewshot, --log_samples, ...)
 pass straight through to lm-eval. Needs the eval extra: ``pip install -r requirements-eval.txt``.
 """
@@ -26,12 +28,15 @@ try:
 except ImportError as exc:          # the base install has no lm-eval: say how to get it
     raise ImportError("dico.bench.eval needs lm-eval-harness: pip install -r requirements-eval.txt") from exc
 
+from dico.bench.lm_eval_tasks.utils import task_metric
+from dico.embedded.tasks import FAMILIES, NUMBER_FAMILIES
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, MODES, NON_AR, SEMI_AR, settings_for
 
 TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
-OWN_TASKS = {"dico_word", "dico_list"}
+OWN_TASKS = {f"dico_{family}" for family in FAMILIES}
+_OWN_LISTED = ", ".join(f"dico_{family}" for family in FAMILIES)
 UNSUPPORTED = ("dico: {kind} is not supported: diffusion decoders here only generate text; choose generate_until "
-               "tasks (dico_word, dico_list, gsm8k, humaneval, mbpp, minerva_math)")
+               f"tasks ({_OWN_LISTED}, gsm8k, humaneval, mbpp, minerva_math)")
 
 
 @register_model("dico")
@@ -142,16 +147,51 @@ def _batch_size(value, most) -> int:
     return size
 
 
-def write_task_data(folder: Path = TASKS_DIR) -> None:
-    """The JSONL files of the dico_* tasks from ``dico.embedded.tasks.make_split``: the benchmark's held-out items,
-    in order."""
+TASK_YAML = """\
+# The embedded model's {family} family (dico/embedded/tasks.py): the 500 held-out items of make_split("{family}", "test"),
+# in order, so --limit N evaluates the benchmark's first N items. Scored by dico.embedded.tasks.check: {scoring}.
+# Written with {family}.jsonl by python -m dico.bench.eval --write-task-data.
+task: dico_{family}
+custom_dataset: !function utils.load
+dataset_kwargs:
+  family: {family}
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{prompt}}}}"
+doc_to_target: "{{{{target}}}}"
+generation_kwargs:
+  until: []
+  do_sample: false
+process_results: !function utils.process_results
+metric_list:
+  - metric: {metric}
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+SCORING = {True: "the final answer\n# line's numbers, exactly",
+           False: "any valid\n# choice is right (each line carries the offered items and the count; its target is one "
+                  "valid answer, for reading)"}
+
+
+def task_files(family: str) -> dict[str, str]:
+    """File name -> text of one family's task: its held-out items in order (``dico.embedded.tasks.make_split``,
+    every field the checker reads) and its lm-eval YAML."""
     from dataclasses import asdict
 
     from dico.embedded import tasks
 
-    for family in tasks.FAMILIES:
-        lines = [json.dumps(asdict(item), ensure_ascii=False) for item in tasks.make_split(family, "test")]
-        (folder / f"{family}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    lines = [json.dumps(asdict(item), ensure_ascii=False) for item in tasks.make_split(family, "test")]
+    yaml = TASK_YAML.format(family=family, metric=task_metric(family), scoring=SCORING[family in NUMBER_FAMILIES])
+    return {f"{family}.jsonl": "\n".join(lines) + "\n", f"dico_{family}.yaml": yaml}
+
+
+def write_task_data(folder: Path = TASKS_DIR) -> None:
+    """The JSONL and YAML files of a dico_* task per family of ``dico.embedded.tasks.FAMILIES``."""
+    for family in FAMILIES:
+        for name, text in task_files(family).items():
+            (folder / name).write_text(text, encoding="utf-8")
 
 
 def _only_own_tasks() -> None:
@@ -201,18 +241,19 @@ def main(argv=None) -> int:
     parser.add_argument("--block-length", type=int, default=DEFAULT_BLOCK_LENGTH, help="semi-AR block length")
     parser.add_argument("--settings", default="", help="the method's settings, 'threshold=0.9' "
                         "(python -m dico generate --help lists them)")
-    parser.add_argument("--tasks", help="comma-separated: dico_word, dico_list, or any lm-eval task")
+    parser.add_argument("--tasks", help=f"comma-separated: {_OWN_LISTED}, or any lm-eval task")
     parser.add_argument("--limit", type=int, default=None, help="the first N items of each task")
     parser.add_argument("--batch-size", type=int, default=1, help="prompts per forward pass (same answers at any size)")
     parser.add_argument("--output-path", default=None, help="folder for lm-eval's results JSON")
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--trust-remote-code", action="store_true")
-    parser.add_argument("--write-task-data", action="store_true", help="rewrite the dico_* tasks' JSONL and exit")
+    parser.add_argument("--write-task-data", action="store_true",
+                        help="rewrite the dico_* tasks' JSONL and YAML and exit")
     args, rest = parser.parse_known_args(argv)
     if args.write_task_data:
         write_task_data()
-        print(f"wrote the held-out items of dico_word and dico_list under {TASKS_DIR}")
+        print(f"wrote the held-out items and YAML of {_OWN_LISTED} under {TASKS_DIR}")
         return 0
     try:
         if not args.tasks:
