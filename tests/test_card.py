@@ -29,7 +29,7 @@ def tokenizer():
 
 
 def predictor_for(model, tokenizer):
-    return dico.models.from_module(model, tokenizer, kind="masked-lm", mask_id=tokenizer.mask_token_id,
+    return dico.from_module(model, tokenizer, kind="masked-lm", mask_id=tokenizer.mask_token_id,
                                    max_length=384)
 
 
@@ -117,6 +117,23 @@ def test_decoded_counts_right_answers_and_stutters(tokenizer):
     assert card.decoded(stutterer, [item])["stutter_rate"] == 1.0
     assert card._stutters("Adding 3 3 gives") and card._stutters("from 18 18.")
     assert not card._stutters("3 + 3 = 6.") and not card._stutters("It is 4, 4, 5.")
+
+
+NUMBER_MEASURES = ("teacher_forced_", "number_accuracy_", "computed_result_accuracy_", "name_object_", "stutter_rate_")
+
+
+@pytest.mark.parametrize("family", tasks.FAMILIES)
+def test_number_measures_are_the_number_families_and_accuracy_every_familys(tokenizer, family):
+    item = tasks.make_split(family)[0]
+    prompt, _, response = card._layout(predictor_for(nn.Identity(), tokenizer), item, card.GEN_LENGTH)
+    oracle = predictor_for(Oracle(prompt + response, len(tokenizer)), tokenizer)
+    report = card.family_measures(oracle, family, [item], profile_items=1, decode_items=1)
+    numbers = [key for key in report if key.startswith(NUMBER_MEASURES)]
+    assert bool(numbers) == (family in tasks.NUMBER_FAMILIES), numbers
+    assert all(key.endswith(family) for key in numbers)
+    assert report[f"decoded_{family}"]["accuracy"] == 1.0 and report[f"profile_{family}"]
+    assert ("stutter_rate" in report[f"decoded_{family}"]) == (family in tasks.NUMBER_FAMILIES)
+    assert f"decoded_{family}_dico" in card.DECODED_KEYS              # the training curve follows every family
 
 
 def test_the_card_reads_worked_answers_in_the_wording_the_model_was_trained_in(tmp_path):

@@ -15,13 +15,18 @@
   with all later mentions, so they must come from the prompt: ``*_first_mention_*``).
 - Teacher-forced answer accuracy: the whole worked answer is given except the numbers of the final
   answer line, which are masked; one forward pass must predict them all.
-- Decoded (DiCo, non-AR, gen_length 96): exact accuracy and the stutter rate, the share of answers with a
-  word or number repeated right after itself ("Adding 3 3") where the worked answer has none.
+- Decoded (DiCo, non-AR, gen_length 96): accuracy by ``dico.embedded.tasks.check`` (word and list: the exact
+  final answer; pick and team: any valid choice) and, for word and list, the stutter rate, the share of answers with
+  a word or number repeated right after itself ("Adding 3 3") where the worked answer has none.
 - The three prompts of issue 16 decoded with every method in both modes.
 - Confidence profile at the first decoding step (everything masked), per region of the response:
   the first 8 answer positions, the rest of the answer (content), the 10 positions after the true
   end (the end-of-text boundary) and the far end-of-text tail: mean confidence and share above 0.95.
   A real LLM is unsure in free wording and sure of the tail; a model sure of everything teaches nothing.
+
+The number measures (masked alone, computed results, names and objects, held-out words, teacher-forced answer
+numbers, stutter) are those of ``tasks.NUMBER_FAMILIES``; decoded accuracy and the profile are every family's, so
+pick and team (whose answers are choices, not numbers) are measured on what they are for.
 
 Every measure reads the held-out prompts with worked answers in the wording the model was trained in (its
 train_log.json, ``dico.embedded.wordings``; "free" when it does not say): the prompts are the same in every wording,
@@ -153,19 +158,22 @@ def _stutters(text: str) -> bool:
 
 
 def decoded(predictor, items, method: str = "dico", gen_length=GEN_LENGTH) -> dict:
-    """Decode each item (non-AR) and report exact accuracy, forward passes and the stutter rate: the share of
-    answers with a word repeated right after itself ("Adding 3 3") where the worked answer has no such repeat."""
+    """Decode each item (non-AR) and report accuracy (``tasks.check``), forward passes and, when the items are of a
+    number family, the stutter rate: the share of answers with a word repeated right after itself ("Adding 3 3")
+    where the worked answer has no such repeat."""
     from dico.loop import generate
 
-    right = stutter = nfe = 0
+    right = stutter = nfe = numbers = 0
     for item in items:
         trace = generate(predictor, item.prompt, method, gen_length=gen_length)
         right += tasks.check(item, trace.text)
         nfe += trace.nfe
-        stutter += _stutters(trace.text) and not _stutters(item.answer)
+        if item.family in tasks.NUMBER_FAMILIES:
+            numbers += 1
+            stutter += _stutters(trace.text) and not _stutters(item.answer)
     n = max(len(items), 1)
-    return {"accuracy": round(right / n, 4), "stutter_rate": round(stutter / n, 4), "nfe": round(nfe / n, 1),
-            "items": len(items), "method": method}
+    report = {"accuracy": round(right / n, 4), "nfe": round(nfe / n, 1), "items": len(items), "method": method}
+    return report | ({"stutter_rate": round(stutter / numbers, 4)} if numbers else {})
 
 
 def first_step_profile(predictor, items, gen_length=GEN_LENGTH) -> dict:
@@ -216,6 +224,35 @@ def issue_prompts(predictor, gen_length=GEN_LENGTH, block_length=32) -> list[dic
     return rows
 
 
+def family_measures(predictor, family: str, split, profile_items=200, decode_items=200) -> dict:
+    """The card's measures of one family's held-out items: the number measures for ``tasks.NUMBER_FAMILIES`` only
+    (pick and team answers hold no computed numbers nor copied names), decoded accuracy and the profile for all."""
+    report, probe = {}, split[:profile_items]
+    if family in tasks.NUMBER_FAMILIES:
+        report[f"teacher_forced_{family}"] = round(teacher_forced(predictor, split), 4)
+        report[f"number_accuracy_{family}"] = round(masked_alone_accuracy(predictor, probe), 4)
+        report[f"computed_result_accuracy_{family}"] = round(masked_alone_accuracy(
+            predictor, probe, after="=", with_later=True), 4)
+    if family == "word":
+        # every other held-out word problem uses held-out words (names, objects never in training)
+        seen = [i for i in split if not i.held_out][:profile_items]
+        unseen = [i for i in split if i.held_out][:profile_items]
+        report["name_object_accuracy_word"] = round(masked_alone_accuracy(predictor, seen, "entities"), 4)
+        report["name_object_first_mention_accuracy_word"] = round(
+            masked_alone_accuracy(predictor, seen, "entities", with_later=True), 4)
+        report["name_object_heldout_accuracy_word"] = round(
+            masked_alone_accuracy(predictor, unseen, "entities"), 4)
+        report["name_object_heldout_first_mention_accuracy_word"] = round(
+            masked_alone_accuracy(predictor, unseen, "entities", with_later=True), 4)
+    if decode_items:
+        run = decoded(predictor, split[:decode_items])
+        if "stutter_rate" in run:
+            report[f"stutter_rate_{family}"] = run["stutter_rate"]
+        report[f"decoded_{family}"] = run
+    report[f"profile_{family}"] = first_step_profile(predictor, probe)
+    return report
+
+
 def trained_wording(model) -> str:
     """The wording a model's worked answers were trained in (dico.embedded.wordings; "free" for logs from before
     the choice existed, and for models trained elsewhere)."""
@@ -247,27 +284,7 @@ def measure(model=None, items=500, profile_items=200, decode_items=200, prompts=
     report["forward_ms_gen256"] = round((time.perf_counter() - t) / 10 * 1000, 2)
     for family in tasks.FAMILIES:
         split = tasks.make_split(family, "test", items, wording=wording)
-        probe = split[:profile_items]
-        report[f"teacher_forced_{family}"] = round(teacher_forced(predictor, split), 4)
-        report[f"number_accuracy_{family}"] = round(masked_alone_accuracy(predictor, probe), 4)
-        report[f"computed_result_accuracy_{family}"] = round(masked_alone_accuracy(
-            predictor, probe, after="=", with_later=True), 4)
-        if family == "word":
-            # every other held-out word problem uses held-out words (names, objects never in training)
-            seen = [i for i in split if not i.held_out][:profile_items]
-            unseen = [i for i in split if i.held_out][:profile_items]
-            report["name_object_accuracy_word"] = round(masked_alone_accuracy(predictor, seen, "entities"), 4)
-            report["name_object_first_mention_accuracy_word"] = round(
-                masked_alone_accuracy(predictor, seen, "entities", with_later=True), 4)
-            report["name_object_heldout_accuracy_word"] = round(
-                masked_alone_accuracy(predictor, unseen, "entities"), 4)
-            report["name_object_heldout_first_mention_accuracy_word"] = round(
-                masked_alone_accuracy(predictor, unseen, "entities", with_later=True), 4)
-        if decode_items:
-            run = decoded(predictor, split[:decode_items])
-            report[f"stutter_rate_{family}"] = run["stutter_rate"]
-            report[f"decoded_{family}"] = run
-        report[f"profile_{family}"] = first_step_profile(predictor, probe)
+        report |= family_measures(predictor, family, split, profile_items, decode_items)
     if prompts:
         rows = issue_prompts(predictor)
         report["issue_prompts"] = {"right": sum(r["right"] for r in rows), "copied": sum(r["copied"] for r in rows),
@@ -279,6 +296,8 @@ def measure(model=None, items=500, profile_items=200, decode_items=200, prompts=
 CURVE_KEYS = ["computed_result_accuracy_word", "name_object_accuracy_word", "name_object_heldout_accuracy_word",
               "name_object_first_mention_accuracy_word", "teacher_forced_word", "teacher_forced_list",
               "stutter_rate_word"]
+# DiCo's accuracy on each family's held-out items, the pick and team families' progress included
+DECODED_KEYS = [f"decoded_{family}_dico" for family in tasks.FAMILIES]
 
 
 def curve(run: str, items: int, prompts: bool = False, decode_items: int = 0, only=None) -> list[dict]:
@@ -303,12 +322,11 @@ def curve(run: str, items: int, prompts: bool = False, decode_items: int = 0, on
         points.append({"folder": str(folder), "step": log["step"], "minutes": log["minutes"],
                        "loss_ema": log["loss_ema"], "items": items, "decode_items": decode_items,
                        **{k: report.get(k) for k in CURVE_KEYS},
-                       "decoded_word_dico": report.get("decoded_word", {}).get("accuracy"),
-                       "decoded_list_dico": report.get("decoded_list", {}).get("accuracy")})
+                       **{f"decoded_{f}_dico": report.get(f"decoded_{f}", {}).get("accuracy") for f in tasks.FAMILIES}})
         points.sort(key=lambda p: p["step"])
         path.write_text(json.dumps(points, indent=1))
         print(json.dumps(points[-1]), flush=True)
-    keys = ["step", "minutes", "loss_ema"] + CURVE_KEYS + ["decoded_word_dico", "decoded_list_dico"]
+    keys = ["step", "minutes", "loss_ema"] + CURVE_KEYS + DECODED_KEYS
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     lines += ["| " + " | ".join(str(p.get(k)) for k in keys) + " |" for p in points]
     (run / "curve.md").write_text("\n".join(lines) + "\n")
@@ -323,7 +341,8 @@ def main(argv=None) -> int:
                         help="items per family for the masked-alone measures and the confidence profile "
                              "(names and objects: this many seen and this many held-out word problems)")
     parser.add_argument("--decode-items", type=int, default=200,
-                        help="items per family decoded with DiCo non-AR for the stutter rate (0: skip)")
+                        help="items per family decoded with DiCo non-AR for accuracy and, on word and list, the "
+                             "stutter rate (0: skip)")
     parser.add_argument("--no-prompts", action="store_true", help="skip decoding the issue-16 prompts")
     parser.add_argument("--curve", metavar="RUN", help="measure every unmeasured snapshot of a training run with "
                                                        "--items items for every one-pass measure and "
