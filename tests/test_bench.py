@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from dico.bench.benchmark import wilson
-from dico.bench.tables import ROW_FIELDS, read_results
+from dico.bench.tables import ROW_FIELDS, read_results, throughput_markdown
+from dico.embedded import tasks
 from dico.settings import METHOD_LABELS, METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +30,7 @@ def test_table1_rows_at_two_lengths_side_by_side(tmp_path):
     configs = [(m, METHOD_LABELS[m]) for m in METHODS] + [("dico", "DiCo (authors' code)")]
     assert {(r["method"], r["label"], r["mode"], r["task"], r["gen_length"]) for r in rows} == {
         (m, label, mode, t, g) for m, label in configs for mode in ("non-ar", "semi-ar")
-        for t in ("word", "list") for g in (16, 24)}
+        for t in tasks.FAMILIES for g in (16, 24)}                # every family, pick and team included
     assert {r["settings"].get("authors_code") for r in rows if r["label"] == "DiCo (authors' code)"} == {True}
     for r in rows:
         assert set(ROW_FIELDS) <= r.keys() and r["n"] == 2
@@ -54,6 +55,13 @@ def test_old_result_files_read_with_method_ids_and_labels():
     rows, _ = read_results(ROOT / "assets" / "bench" / "table1.json")
     assert all(r["method"] in METHODS for r in rows)
     assert {r["method"]: r["label"] for r in rows}["fast-factor"] == "Fast-dLLM (factor)"
+
+
+def test_the_throughput_table_names_the_families_its_prompts_came_from():
+    row = {"method": "dico", "label": "DiCo", "batch_size": 1, "n": 8, "gen_length": 96, "tokens_per_s": 10.0,
+           "speedup_batch": 1.0}
+    assert "prompts (word, list, pick, team)" in throughput_markdown([row | {"families": list(tasks.FAMILIES)}])
+    assert "prompts (both families)" in throughput_markdown([row])         # a file from before pick and team
 
 
 @pytest.mark.parametrize("args", [("ablation", "colour"), ("--lengths", "96/40"), ("--batch-size", "0"),

@@ -178,7 +178,7 @@ def throughput(predictor, n_items: int, batches=THROUGHPUT_BATCHES, gen_length: 
             elif [t.text for t in traces] != texts:
                 raise RuntimeError(f"{label}: batch size {batch_size} decoded other texts than batch size {batches[0]}")
             rows.append({"method": method, "label": label, "mode": "non-ar", "gen_length": gen_length,
-                         "batch_size": batch_size, "n": len(prompts), "tokens_per_s": round(tps, 1),
+                         "batch_size": batch_size, "n": len(prompts), "families": list(tasks.FAMILIES), "tokens_per_s": round(tps, 1),
                          "speedup_batch": round(tps / base, 2)})
             bar.update(1)
     bar.close()
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
             title += ": gen / block " + ", ".join(f"{g} / {b}" for g, b in lengths)
         if args.what == ["throughput"]:
             n_items = args.items or (4 if args.quick else 16)
-            print(f"throughput: model {model_name}, {2 * n_items} prompts, batch sizes "
+            print(f"throughput: model {model_name}, {len(tasks.FAMILIES) * n_items} prompts, batch sizes "
                   f"{', '.join(map(str, THROUGHPUT_BATCHES))}, on {where}", flush=True)
             rows = throughput(predictor, n_items, gen_length=lengths[0][0], progress=not args.no_progress)
             table, title = throughput_markdown(rows), "throughput"

@@ -80,7 +80,8 @@ def throughput_markdown(rows) -> str:
         cells = {r["batch_size"]: r for r in rows if r["label"] == label}
         lines.append(f"| {label} | " + " | ".join(f"{cells[b]['tokens_per_s']:.0f} ({cells[b]['speedup_batch']:.2f}x)"
                                                   for b in batches) + " |")
-    lines += ["", f"The same {rows[0]['n']} held-out prompts (both families), gen {rows[0]['gen_length']} non-AR, at "
+    families = ", ".join(rows[0].get("families", ())) or "both families"      # files from before pick and team
+    lines += ["", f"The same {rows[0]['n']} held-out prompts ({families}), gen {rows[0]['gen_length']} non-AR, at "
                   "each batch size one after the other; (x) against batch 1; every batch size decoded the same texts."]
     return "\n".join(lines)
 
