@@ -8,6 +8,7 @@ import pytest
 
 import dico
 from dico.settings import METHODS, SETTINGS, DiCoSettings, specs
+from dico.embedded import tasks
 from dico.embedded.scope import task_shape
 from near_ties import first_difference, steps_of
 
@@ -254,8 +255,26 @@ def test_prompts_outside_the_tasks_get_a_banner_not_praise(app_module, predictor
     assert "fewer forward passes" not in result["status"]
     assert task_shape(WORD) == "word" and task_shape(LIST) == "list" and task_shape(OUTSIDE) is None
     for example in EXAMPLES:
-        if example["family"] in ("word", "list"):
+        if example["family"] in tasks.FAMILIES:
             assert task_shape(example["prompt"]) == example["family"], example["prompt"]
+
+
+def test_every_family_has_an_example_from_its_held_out_split_and_choices_say_why_they_can_mix():
+    """A pick or team example is its held-out item (in scope, its target right by the checker), and its note says
+    why committing several tokens at once can mix its answers; the page labels every example by its family."""
+    from dico.embedded.scope import outside
+    from dico_ui.layout import example_label
+
+    assert {e["family"] for e in EXAMPLES} >= set(tasks.FAMILIES)
+    for example in (e for e in EXAMPLES if e["family"] in ("pick", "team")):
+        item = next(i for i in tasks.make_split(example["family"]) if i.prompt == example["prompt"])
+        assert (list(item.offered), item.count) == (example["offered"], example["count"])
+        answer = ("I pick {}." if item.family == "pick" else "The leader is {}." if item.count == 1 else
+                  "The team is {}.").format(example["target"])
+        assert tasks.check(item, answer) and outside(example["prompt"]) == []
+        assert "one step" in example["note"] or "same step" in example["note"]
+    for example in EXAMPLES:
+        assert example_label(example).startswith(example["family"].capitalize() + " · ")
 
 
 def test_toasts_strip_bidi_controls_and_escape_html(app_module, predictor):
