@@ -19,8 +19,8 @@ from dico.trace import PHASES, Trace
 OKABE_ITO = {"grey": "#999999", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
              "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "black": "#000000"}
 PHASE_COLORS = dict(zip(PHASES, (OKABE_ITO[c] for c in ("grey", "orange", "sky", "green", "purple"))))
-METHOD_COLORS = {"vanilla": OKABE_ITO["grey"], "fast": OKABE_ITO["orange"], "fast-factor": OKABE_ITO["black"],
-                 "dico": OKABE_ITO["blue"]}
+METHOD_COLORS = {"vanilla": OKABE_ITO["grey"], "topk": OKABE_ITO["purple"], "fast": OKABE_ITO["orange"],
+                 "fast-factor": OKABE_ITO["black"], "dico": OKABE_ITO["blue"]}
 METHOD_NAMES = METHOD_LABELS            # kept for old imports; the labels are declared once, in dico.settings
 COMMIT_COLOR, SEED_COLOR, CLUSTER_COLOR = OKABE_ITO["vermillion"], OKABE_ITO["yellow"], OKABE_ITO["black"]
 # A Divide step's commits above the shortcut (the Divide shortcut setting): beside the seeds, not seeds themselves.

@@ -83,7 +83,12 @@ def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batc
 
     from dico.batch import decode_batch, drain
 
-    configs = [TABLE[0]] + [c for c in configs if c[1] != "vanilla"]
+    # Vanilla one token a step is every part's reference, decoded once; other Vanilla rows (LLaDA's steps) and
+    # naive top-k rows are configs like any other
+    configs = [TABLE[0]] + [c for c in configs if c[0] != TABLE[0][0]]
+    labels = [c[0] for c in configs]
+    if len(set(labels)) < len(labels):
+        raise ValueError(f"configs: label {next(x for x in labels if labels.count(x) > 1)!r} names two configs")
     items = {family: tasks.make_split(family, "test", n_items) for family in families}
     cells = [Cell(label, method, settings, mode, family, gen, block if mode == SEMI_AR else None)
              for family in families for gen, block in lengths for mode in modes for label, method, settings in configs]
