@@ -288,7 +288,7 @@ def test_replay_the_race_walks_the_same_frames(app_module):
     traces = h.read_traces(h.EXAMPLE_RUN.read_bytes())
     frames = list(h.replay_race(Session("replay"), traces, h.MAX_SPEED))
     assert len(frames) == max(t.nfe for t in traces) and frames[-1][0].endswith("(end)")
-    assert frames[-1][1] == render.lanes_html([(t, t.nfe - 1, "done") for t in render.method_order(traces)])
+    assert frames[-1][1] == render.lanes_html([(t, t.nfe - 1, "done") for t in traces])
     assert [f.round for f in replay(traces)] == list(range(1, len(frames) + 1))
     with pytest.raises(gr.Error, match="speed"):
         list(h.replay_race(Session("replay"), traces, 0))

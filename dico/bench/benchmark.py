@@ -30,7 +30,8 @@ from pathlib import Path
 
 from dico.bench.tables import markdown, readme_section, splice_readme, throughput_markdown
 from dico.embedded import tasks
-from dico.settings import ABLATIONS, METHOD_LABELS, METHODS, MODES, SEMI_AR
+from dico.lanes import default_label
+from dico.settings import ABLATIONS, METHODS, MODES, SEMI_AR
 
 # (gen_length, semi-AR block_length): ours, sized to the embedded model's 20-70-token answers (three blocks
 # in semi-AR), and the paper's (section 5.1: 256 positions, semi-AR blocks of 128).
@@ -42,7 +43,7 @@ BATCH_SIZE = 8
 THROUGHPUT_BATCHES = (1, 8, 32)
 Z95 = 1.959964
 
-METHOD_ROWS = [(METHOD_LABELS[m], m, {}) for m in METHODS]     # every method at its paper settings
+METHOD_ROWS = [(default_label(m), m, {}) for m in METHODS]     # every method at its paper settings ("Top-4 per step")
 # Table 1 also decodes DiCo as the authors' release does (dico.settings.AUTHORS_CODE), beside the paper's DiCo.
 AUTHORS_ROW = ("DiCo (authors' code)", "dico", {"authors_code": True})
 TABLE = METHOD_ROWS + [AUTHORS_ROW]
