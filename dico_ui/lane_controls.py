@@ -57,8 +57,7 @@ def knob_update(method: str, value=None) -> dict:
     spec = knob_spec(method)
     if spec is None:
         return gr.update(value=None, visible=False)
-    return gr.update(value=value, visible=True, label=f"{spec.name} {spec.interval()}", step=spec.step,
-                     placeholder=f"blank: {spec.name} in Settings")
+    return gr.update(value=value, visible=True, label=spec.name, step=spec.step, placeholder="as in Settings")
 
 
 def build(lanes=DEFAULT_METHODS) -> Slots:
@@ -75,10 +74,9 @@ def build(lanes=DEFAULT_METHODS) -> Slots:
                 methods.append(gr.Dropdown(choices, value=method, label=f"Lane {i + 1}", elem_id=f"lane-{i}-method",
                                            scale=3, min_width=130))
                 knobs.append(gr.Number(settings.get(spec.name) if spec else None, elem_id=f"lane-{i}-knob",
-                                       label=f"{spec.name} {spec.interval()}" if spec else "setting",
-                                       visible=spec is not None, scale=2, min_width=90,
-                                       placeholder=f"blank: {spec.name} in Settings" if spec else None))
-                labels.append(gr.Textbox(label, label="label", placeholder="blank: the default label",
+                                       label=spec.name if spec else "setting", visible=spec is not None, scale=2,
+                                       min_width=90, placeholder="as in Settings"))
+                labels.append(gr.Textbox(label, label="label", placeholder="default label",
                                          elem_id=f"lane-{i}-label", scale=3, min_width=110, max_lines=1))
                 removes.append(gr.Button("✕", elem_id=f"lane-{i}-remove", size="sm", scale=0, min_width=36))
             rows.append(row)
