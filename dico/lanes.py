@@ -62,6 +62,14 @@ def default_label(method: str, settings: Settings | dict | None = None, show_def
     return f"{text} ({rest})" if rest else text
 
 
+def distinct_settings(method: str, recorded: dict) -> dict:
+    """A trace's recorded settings that differ from the method's defaults: what tells an old run apart."""
+    cls = SETTINGS.get(method)
+    defaults = {spec.name: spec.default for spec in specs(cls)} if cls else {}
+    return {k: v for k, v in recorded.items() if k in defaults and v != defaults[k]
+            and not (k == "seeds" and method == "dico")}          # DiCo records the N in effect; 0 was given
+
+
 def parse_lane(spec, where: str = "lane", shared: dict | None = None) -> tuple[Lane, dict | None]:
     """A lane from a method name or ``{"method": ..., "label": ..., "settings": {...}}``, checked; ``shared``
     settings (every lane's, e.g. the page's sampling options) lie under the lane's own. Also the lane's own

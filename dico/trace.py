@@ -8,8 +8,7 @@ JSON form, ``schema = "dico-trace/2"`` (positions are response offsets 0..gen_le
 schema 1, without the answer fields, are still read and get them computed)::
 
     {"schema": "dico-trace/2", "model": str, "method": str, "mode": "non-ar" | "semi-ar",
-     "label": str,                      # the run's lane in a race ("Top-4 per step", "Fast-dLLM 0.7"); older
-                                        # files: the method's label with the settings that differ from defaults
+     "label": str,                      # its lane's label ("Top-4 per step"); older files: the method's
      "settings": {...}, "prompt": str, "prompt_length": int, "gen_length": int,
      "block_length": int | null, "text": str, "nfe": int, "wall_s": float, "tokens_per_s": float,
      "answer_length": int,              # positions before the first end-of-text token (the answer);
@@ -52,8 +51,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-from dico.lanes import default_label
-from dico.settings import SETTINGS, specs
+from dico.lanes import default_label, distinct_settings
 
 SCHEMA = "dico-trace/2"
 READABLE_SCHEMAS = ("dico-trace/1", SCHEMA)
@@ -145,10 +143,7 @@ class Trace:
 
     def settings_given(self) -> dict:
         """The recorded settings that differ from the method's defaults (what tells this run apart)."""
-        cls = SETTINGS.get(self.method)
-        defaults = {spec.name: spec.default for spec in specs(cls)} if cls else {}
-        return {k: v for k, v in self.settings.items() if k in defaults and v != defaults[k]
-                and not (k == "seeds" and self.method == "dico")}      # the N in effect is recorded, 0 was given
+        return distinct_settings(self.method, self.settings)
 
     def token_text(self, token_id: int | None) -> str:
         return "" if token_id is None else self.vocab.get(str(token_id), f"<{token_id}>")
