@@ -23,7 +23,7 @@ def bench(*args, timeout=300):
 def test_table1_rows_at_two_lengths_side_by_side(tmp_path):
     out, md = tmp_path / "rows.json", tmp_path / "table.md"
     result = bench("--items", "2", "--lengths", "16/8,24/8", "--batch-size", "2", "--jobs", "2", "--json", str(out),
-                   "--markdown", str(md), "--no-progress")
+                   "--markdown", str(md), "--no-progress", "--families", "word,list")
     assert result.returncode == 0, result.stderr[-2000:]
     rows, run = read_results(out)
     assert run["lengths"] == [[16, 8], [24, 8]] and (run["batch_size"], run["jobs"]) == (2, 2)
