@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from dico.embedded import scope
 from dico.lanes import Lane, parse_lanes
 from dico.loop import check_inputs, check_request
+from dico.methods import make_rule
+from dico.rules import plan
 from dico.models import EMBEDDED_NAME, MaskPredictor
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, NON_AR, SEMI_AR, SETTINGS, own_specs, \
     sampling_specs, settings_for, specs
@@ -130,8 +132,14 @@ def build_request(prompt, model, mode, gen_length, block_length, methods, settin
 def check(req: RunRequest) -> tuple[MaskPredictor, list[str], str]:
     """Everything checked before any forward pass: the predictor, warnings for the user, and a note when the
     prompt lies outside the embedded model's tasks ("" otherwise). Errors are ValueErrors naming the field."""
-    method = req.lanes()[0].method          # every lane and its settings checked
+    lanes = req.lanes()                     # every lane and its settings checked
+    method = lanes[0].method
     check_inputs(req.prompt, method, req.mode, req.gen_length, req.block_length)   # before loading a model
+    for i, lane in enumerate(lanes):        # and against the lengths (LLaDA's steps split over the blocks)
+        try:
+            plan(make_rule(lane.method, req.mode, lane.settings), req.gen_length, req.block_length or req.gen_length)
+        except ValueError as exc:
+            raise ValueError(f"methods[{i}] ({lane.label}): {exc}") from None
     predictor = get_predictor(req.model)
     check_request(predictor, req.prompt, method, req.mode, req.gen_length, req.block_length)
     warnings, outside = [], ""

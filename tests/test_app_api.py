@@ -81,10 +81,12 @@ def test_lanes_are_method_names_or_objects_and_two_may_share_a_method(client, ap
     ([{"method": "greedy"}], r"methods\[0\].method: unknown method 'greedy'"),
     ([{"method": "topk", "settings": {"threshold": 0.9}}], r"threshold: not a setting of 'topk'"),
     ([{"method": "topk", "settings": {"k": 0}}], r"k: must be in \[1, 4096\]"),
+    (["fast", {"method": "vanilla", "settings": {"steps": 3}}],
+     r"methods\[1\] \(Vanilla, 3 steps\): steps: 3 is not a multiple of the number of blocks \(2\)"),
 ])
 def test_a_bad_lane_is_an_error_naming_it_and_nothing_runs(client, counted_race, methods, message):
     with pytest.raises(AppError, match=message):
-        call(client, methods=methods)
+        call(client, methods=methods, mode="semi-ar")
     assert counted_race["rounds"] == 0
 
 

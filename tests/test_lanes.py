@@ -73,6 +73,10 @@ def test_every_trace_records_its_lanes_label_and_settings(predictor, tmp_path):
     path = tmp_path / "t.json"
     traces[1].save(path)
     assert Trace.load(path).label == "Fast-dLLM 0.5" == Trace.load(path).name
+    # a Vanilla lane with steps keeps LLaDA's meaning: steps passes for the whole answer
+    (llada,) = parse_lanes([{"method": "vanilla", "settings": {"steps": 8}}])
+    trace = dico.generate(predictor, prompt, llada.method, gen_length=16, settings=llada.settings, label=llada.label)
+    assert trace.nfe == 8 and all(len(s.committed) == 2 for s in trace.steps) and trace.label == "Vanilla, 8 steps"
     # without a lane, the label still says what sets the run apart
     assert dico.generate(predictor, prompt, "fast", gen_length=8, threshold=0.6).label == "Fast-dLLM 0.6"
     assert dico.generate(predictor, prompt, "topk", gen_length=8, k=2).label == "Top-2 per step"
