@@ -7,6 +7,7 @@
     print(trace.text, trace.nfe, trace.answer_nfe)
 
     for trace, step in dico.decode(predictor, prompt, "dico"): ...      # one step at a time (stream, stop, race)
+    lanes = dico.parse_lanes(["vanilla", {"method": "topk", "settings": {"k": 4}}])   # a race's lanes, checked
     traces = dico.generate_batch(predictor, prompts, "dico", batch_size=8)   # many prompts per forward pass
 """
 import importlib
@@ -17,7 +18,7 @@ _EXPORTS = {
     "decode_batch": "dico.batch", "generate_batch": "dico.batch",
     "EMBEDDED_NAME": "dico.models", "MaskPredictor": "dico.models", "ModelError": "dico.models",
     "from_module": "dico.models", "load_model": "dico.models",
-    "make_rule": "dico.methods", "METHODS": "dico.settings", "DiCoSettings": "dico.settings",
+    "Lane": "dico.lanes", "parse_lanes": "dico.lanes", "make_rule": "dico.methods", "METHODS": "dico.settings", "DiCoSettings": "dico.settings",
     "FastSettings": "dico.settings", "FastFactorSettings": "dico.settings", "VanillaSettings": "dico.settings",
     "settings_for": "dico.settings",
     "SCHEMA": "dico.trace", "Step": "dico.trace", "Trace": "dico.trace", "TraceError": "dico.trace",

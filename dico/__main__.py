@@ -77,7 +77,7 @@ def given_settings(args: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m dico", description="Decode with a diffusion LM (Vanilla, Fast-dLLM, DiCo) "
+    parser = _Parser(prog="python -m dico", description="Decode with a diffusion LM (Vanilla, naive top-k, Fast-dLLM, DiCo) "
                                                         "and record every step.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gen = sub.add_parser("generate", help="decode one prompt and print the answer",
@@ -91,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="decode this many prompts per forward pass (default 1); every answer is the same as "
                           "decoding its prompt alone")
     gen.add_argument("--method", choices=METHODS, default="dico",
-                     help="vanilla: one token a step; fast: Fast-dLLM threshold; fast-factor: Fast-dLLM factor; "
-                          "dico: divide, conquer, finalize (default)")
+                     help="vanilla: one token a step; topk: naive top-k, --k tokens a step; fast: Fast-dLLM "
+                          "threshold; fast-factor: Fast-dLLM factor; dico: divide, conquer, finalize (default)")
     gen.add_argument("--mode", choices=MODES, default=NON_AR,
                      help="non-ar: the whole answer is one window; semi-ar: blocks of --block-length left to right")
     gen.add_argument("--gen-length", type=int, default=DEFAULT_GEN_LENGTH,

@@ -23,6 +23,7 @@ import torch
 
 from dico.cache import Cache, cache_shift, forward_for, uncached_token_forwards
 from dico.models import MaskPredictor
+from dico.lanes import default_label
 from dico.methods import make_rule
 from dico.rules import Choice, Scores, plan
 from dico.sampling import Sampler
@@ -106,7 +107,7 @@ class Decoding:
 
     def __init__(self, predictor: MaskPredictor, prompt: str, method: str = "dico", *, mode: str = NON_AR,
                  gen_length: int = DEFAULT_GEN_LENGTH, block_length: int | None = DEFAULT_BLOCK_LENGTH,
-                 settings: Settings | dict | None = None, capture_attention: bool = False):
+                 settings: Settings | dict | None = None, capture_attention: bool = False, label: str | None = None):
         block_length = block_length if mode == SEMI_AR else None
         prompt_ids = check_request(predictor, prompt, method, mode, gen_length, block_length)
         self.rule = make_rule(method, mode, settings)
@@ -125,7 +126,7 @@ class Decoding:
             settings_record["seeds"] = self.rule.n_seeds      # the N in effect for this mode
         self.trace = Trace(model=predictor.name, method=method, mode=mode, settings=settings_record, prompt=prompt,
                            prompt_length=self.m, gen_length=gen_length, block_length=block_length,
-                           device=str(predictor.device))
+                           device=str(predictor.device), label=label or default_label(method, self.rule.settings))
         self.attention = AttentionAccumulator(predictor, self.m, gen_length) if capture_attention else None
         self.width = block_length or gen_length
         self.window: tuple[int, int] | None = None
@@ -265,7 +266,7 @@ def decode(predictor: MaskPredictor, prompt: str, method: str = "dico", **option
                                                                                                  None, Trace]:
     """Decode ``prompt`` one step at a time, yielding ``(trace, step)`` as each step is decided.
 
-    ``options`` are ``Decoding``'s (mode, gen_length, block_length, settings, capture_attention) plus any
+    ``options`` are ``Decoding``'s (mode, gen_length, block_length, settings, capture_attention, label) plus any
     setting of the method as a keyword (``name=value``). The generator returns the finished trace; closing
     it early finishes the partial trace with ``stopped=True`` (the caller still holds it).
     """
@@ -290,7 +291,7 @@ def generate(predictor: MaskPredictor, prompt: str, method: str = "dico", **opti
             return end.value
 
 
-_OPTIONS = ("mode", "gen_length", "block_length", "settings", "capture_attention")
+_OPTIONS = ("mode", "gen_length", "block_length", "settings", "capture_attention", "label")
 
 
 def fold_settings(options: dict) -> dict:

@@ -5,10 +5,10 @@
 from __future__ import annotations
 
 from dico.divide_conquer import DiCo
-from dico.rules import FastFactor, FastThreshold, Rule, Vanilla
+from dico.rules import FastFactor, FastThreshold, Rule, TopK, Vanilla
 from dico.settings import NON_AR, Settings, settings_for
 
-RULES = {"vanilla": Vanilla, "fast": FastThreshold, "fast-factor": FastFactor, "dico": DiCo}
+RULES = {"vanilla": Vanilla, "topk": TopK, "fast": FastThreshold, "fast-factor": FastFactor, "dico": DiCo}
 
 
 def make_rule(method: str, mode: str = NON_AR, settings: Settings | dict | None = None) -> Rule:

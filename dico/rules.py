@@ -17,7 +17,7 @@ from typing import Protocol
 import torch
 
 from dico.sampling import DREAM_RANKS
-from dico.settings import FastFactorSettings, FastSettings, Settings, VanillaSettings
+from dico.settings import FastFactorSettings, FastSettings, Settings, TopKSettings, VanillaSettings
 
 DREAM_EPS = 1e-3        # Dream's timesteps run from 1 down to this
 
@@ -152,6 +152,22 @@ def top_ranked(values: torch.Tensor, allowed: torch.Tensor, k: int) -> list[int]
         return top1(values, allowed)
     ranked = torch.where(allowed, values, torch.full_like(values, -math.inf)).sort(descending=True, stable=True)
     return sorted(ranked.indices[:k].tolist())
+
+
+@dataclass
+class TopK:
+    """Naive parallel decoding (the paper's Observation I): the k most confident masked positions of the window,
+    each from its own marginal, whatever they depend on. The same commits as LLaDA's low-confidence sampler with
+    steps = gen_length / k (k dividing the window); the last step of a window commits what is left."""
+    settings: TopKSettings = field(default_factory=TopKSettings)
+    rank = None
+
+    def start(self, window) -> None:
+        pass
+
+    def choose(self, s: Scores) -> Choice:
+        cand = s.candidates()
+        return Choice(top_ranked(s.conf, cand, min(self.settings.k, int(cand.sum()))), "vanilla")
 
 
 @dataclass

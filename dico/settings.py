@@ -183,6 +183,15 @@ class VanillaSettings(SamplingSettings):
 
 
 @dataclass(frozen=True)
+class TopKSettings(SamplingSettings):
+    """Naive parallel decoding: the k most confident masked positions of the window each step (the commits of the
+    paper's Observation I; LLaDA's low-confidence sampler with steps = gen_length / k)."""
+    method = "topk"
+    k: int = setting(4, "tokens committed each step: the k most confident masked positions of the window (fewer "
+                     "at the end of a window); 1 is Vanilla", range=(1, 4096), step=1)
+
+
+@dataclass(frozen=True)
 class FastSettings(SamplingSettings):
     """Fast-dLLM's threshold rule."""
     method = "fast"
@@ -268,9 +277,10 @@ AUTHORS_CODE = _authors_code()
 DiCoSettings.presets = {"authors_code": AUTHORS_CODE}
 DiCoSettings.from_dict(AUTHORS_CODE)        # every recorded code value is a value the setting accepts
 
-SETTINGS = {cls.method: cls for cls in (VanillaSettings, FastSettings, FastFactorSettings, DiCoSettings)}
+SETTINGS = {cls.method: cls for cls in (VanillaSettings, TopKSettings, FastSettings, FastFactorSettings, DiCoSettings)}
 METHODS = tuple(SETTINGS)
-METHOD_LABELS = {"vanilla": "Vanilla", "fast": "Fast-dLLM", "fast-factor": "Fast-dLLM (factor)", "dico": "DiCo"}
+METHOD_LABELS = {"vanilla": "Vanilla", "topk": "Top-k per step", "fast": "Fast-dLLM", "fast-factor": "Fast-dLLM (factor)",
+                 "dico": "DiCo"}
 
 # The paper's ablations (section 5.3) as variants of DiCo's settings: label -> changed settings.
 ABLATIONS = {

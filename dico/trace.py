@@ -8,6 +8,7 @@ JSON form, ``schema = "dico-trace/2"`` (positions are response offsets 0..gen_le
 schema 1, without the answer fields, are still read and get them computed)::
 
     {"schema": "dico-trace/2", "model": str, "method": str, "mode": "non-ar" | "semi-ar",
+     "label": str,                      # its lane's label ("Top-4 per step"); older files: the method's
      "settings": {...}, "prompt": str, "prompt_length": int, "gen_length": int,
      "block_length": int | null, "text": str, "nfe": int, "wall_s": float, "tokens_per_s": float,
      "answer_length": int,              # positions before the first end-of-text token (the answer);
@@ -49,6 +50,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
+
+from dico.lanes import default_label, distinct_settings
 
 SCHEMA = "dico-trace/2"
 READABLE_SCHEMAS = ("dico-trace/1", SCHEMA)
@@ -129,9 +132,19 @@ class Trace:
     token_forwards: int = 0
     attention: AttentionStages | None = None
     steps: list[Step] = field(default_factory=list)
+    label: str = ""
     schema: str = SCHEMA
 
     # ------------------------------------------------------------------ convenience for readers
+    @property
+    def name(self) -> str:
+        """How figures and tables name this run: its lane's label (a trace built without one: the method's)."""
+        return self.label or default_label(self.method, self.settings_given())
+
+    def settings_given(self) -> dict:
+        """The recorded settings that differ from the method's defaults (what tells this run apart)."""
+        return distinct_settings(self.method, self.settings)
+
     def token_text(self, token_id: int | None) -> str:
         return "" if token_id is None else self.vocab.get(str(token_id), f"<{token_id}>")
 
@@ -268,6 +281,7 @@ def _parse_trace(data) -> Trace:
     _expect(data["mode"] in MODES, "trace.mode", f"must be one of {', '.join(MODES)}")
     for key in ("model", "method", "prompt", "text"):
         _expect(isinstance(data[key], str), f"trace.{key}", "must be a string")
+    _expect(isinstance(data.get("label", ""), str), "trace.label", "must be a string")
     _expect(isinstance(data["settings"], dict), "trace.settings", "must be an object")
     _expect(_is_int(data["nfe"]) and data["nfe"] >= 0, "trace.nfe", "must be a non-negative integer")
     for key in ("wall_s", "tokens_per_s"):
@@ -292,6 +306,7 @@ def _parse_trace(data) -> Trace:
             f"must have gen_length = {n} token ids")
     _check_story(trace)
     _count_work(trace, data)
+    trace.label = trace.name            # a file from before lanes: the method's label and its distinct settings
     if "answer_length" in data:
         _expect(_is_int(trace.answer_length) and 0 <= trace.answer_length <= n, "trace.answer_length",
                 f"must be an integer in 0..{n}")

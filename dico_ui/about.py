@@ -17,10 +17,10 @@ def about_text(traces: list[Trace], outside: str = "") -> str:
     values = dict(bundle_schema=BUNDLE_SCHEMA, embedded=EMBEDDED_NAME, run="", numbers="", lessons="",
                   settings=settings_tables())
     if traces:
-        rows = [render.parallelism(t) for t in render.method_order(traces)]
+        rows = [render.parallelism(t) for t in traces]
         values["run"] = "The numbers below are those of the run on screen: " + render.run_caption(traces[0]) + "."
         values["numbers"] = "\n".join(
-            ["| method | steps | answer complete at step | answer / padding tokens | answer tokens per step "
+            ["| lane | steps | answer complete at step | answer / padding tokens | answer tokens per step "
              "| tokens per step | largest step: answer + padding | steps that committed only padding |",
              "|---|---|---|---|---|---|---|---|"] +
             [f"| {r['label']} | {r['nfe']} | {r['answer_nfe'] or '—'} | {r['answer']} / {r['padding']} | "

@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     *_, last = race(get_predictor(), req)           # the same race the page runs (own-step timing)
     args.out.write_text(bundle_json(last.traces))
     for t in last.traces:
-        print(f"{t.method}: nfe={t.nfe} answer_nfe={t.answer_nfe} answer_tokens={t.answer_length}")
+        print(f"{t.label}: nfe={t.nfe} answer_nfe={t.answer_nfe} answer_tokens={t.answer_length}")
     print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB)")
     return 0
 

@@ -89,7 +89,6 @@ def cleared(status: str) -> tuple:
 
 def results(traces: list[Trace], status: str, outside: str = "") -> tuple:
     """Every result output (RESULTS order) for finished (or stopped, or uploaded) traces."""
-    traces = render.method_order(traces)
     main = next((t for t in traces if t.method == "dico"), traces[0])
     i = traces.index(main)
     with_attention = next((t for t in traces if t.attention is not None), main)
@@ -103,7 +102,7 @@ def results(traces: list[Trace], status: str, outside: str = "") -> tuple:
             _figure("masked fraction", visuals.comparison_figure, traces),
             render.table_frame(traces),
             _figure("attention", visuals.attention_figure, with_attention),
-            gr.update(choices=[(f"{render.label(t.method)}: {t.nfe} steps", j) for j, t in enumerate(traces)], value=i),
+            gr.update(choices=[(f"{t.name}: {t.nfe} steps", j) for j, t in enumerate(traces)], value=i),
             gr.update(minimum=0, maximum=max(last, 1), value=last, interactive=bool(last)),
             _figure("step view", visuals.step_view_figure, main, last) if main.steps else None,
             render.step_html(main, last), write_bundle(traces), about_text(traces, outside), traces)
@@ -225,9 +224,9 @@ def _race(session: str, since: float, req, predictor, outside: str):
 
 
 def failure(exc: Exception | None) -> str:
-    """What failed, for the user: the method and step when a method's step raised, and the error's kind."""
+    """What failed, for the user: the lane and step when a lane's step raised, and the error's kind."""
     if isinstance(exc, LaneFailed):
-        return (f"{render.label(exc.method)} failed at step {exc.step} "
+        return (f"{clean(exc.label)} failed at step {exc.step} "
                 f"({type(exc.error).__name__}: {clean(str(exc.error))[:200]})")
     return f"{type(exc).__name__}: {clean(str(exc))[:200]}"
 
@@ -238,7 +237,7 @@ def race_status(frame: Frame, where: str = "") -> str:
         if lane.trace is None:
             continue
         state = {"decoding": "decoding", "done": "finished", "stopped": "stopped"}[lane.state]
-        lines.append(f"{render.label(lane.method)}: step {lane.k + 1}, {state}")
+        lines.append(f"{clean(lane.label)}: step {lane.k + 1}, {state}")
     return f"Racing{' on ' + clean(where) if where else ''}: " + " · ".join(lines)
 
 
@@ -252,11 +251,11 @@ def run_ui(request: gr.Request, prompt, model, mode, gen_length, block_length, m
 
 @friendly("Cannot run")
 def run_api(request: gr.Request, prompt, model, mode, gen_length, block_length, methods, settings, capture_attention):
-    """API ``/run``: the settings as one JSON object (a dict or its JSON text), one entry per method; settings left
-    out keep their defaults::
+    """API ``/run``: ``methods`` per lane a method or ``{"method", "label", "settings"}`` (at most 6, two may share
+    a method); ``settings`` one JSON object (or its text) per method, which its lanes start from::
 
-        Client(url).predict(prompt, "dico-tiny", "non-ar", 96, 32, ["vanilla", "fast", "dico"],
-                            {"fast": {"threshold": 0.9}}, True, api_name="/run")
+        Client(url).predict(prompt, "dico-tiny", "non-ar", 96, 32, ["vanilla", {"method": "topk", "settings":
+                            {"k": 4}}, "fast"], {"fast": {"threshold": 0.9}}, True, api_name="/run")
     """
     yield from _stream(request, lambda: build_request(prompt, model, mode, gen_length, block_length, methods,
                                                       settings_from_json(settings), capture_attention))
@@ -303,7 +302,7 @@ def replay_race(request: gr.Request, traces, speed):
     speed = float(speed or 0)
     if not 0 < speed <= MAX_SPEED:
         raise ValueError(f"speed: must be in (0, {MAX_SPEED}] steps per second, got {speed:g}")
-    for frame in replay(render.method_order(traces)):
+    for frame in replay(traces):
         if runs.ended(session, since):
             yield f"Replay stopped at step {frame.round}.", gr.skip()
             return

@@ -2,6 +2,7 @@
 controls are generated from ``dico.settings.specs``, the handlers live in ``dico_ui.handlers``."""
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import warnings
@@ -11,13 +12,13 @@ import gradio as gr
 
 import visuals
 from dico.models import EMBEDDED_NAME
-from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHOD_LABELS, METHODS, MODES, SETTINGS
-from dico_ui import handlers as h
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, MODES, SETTINGS
+from dico_ui import handlers as h, lane_controls
 from dico_ui.about import about_text
 from dico_ui.limits import LIMITS
 from dico_ui.models import model_choices
 from dico_ui.render import TABLE_COLUMNS
-from dico_ui.request import CONTROLS, DEFAULT_METHODS, MAX_GEN_LENGTH, group_label
+from dico_ui.request import CONTROLS, MAX_GEN_LENGTH, group_label
 from dico_ui.text import prose
 
 # gradio 5.50 is pinned (see requirements.txt); its notices about gradio 6 APIs are noise here.
@@ -134,8 +135,10 @@ def build_demo() -> gr.Blocks:
                     block_length = gr.Number(DEFAULT_BLOCK_LENGTH, label="block_length", visible=False, step=4,
                                              elem_id="block-length", info="semi-AR block; divides gen_length",
                                              min_width=140)
-                methods = gr.CheckboxGroup([(METHOD_LABELS[m], m) for m in METHODS], value=list(DEFAULT_METHODS),
-                                           label="Methods to race", elem_id="methods")
+                gr.Markdown("**Lanes to race**: a method, the setting that names it and a label; two lanes may "
+                            "share a method.", elem_id="lanes-title")
+                slots = lane_controls.build()
+                lanes_state = gr.State([], time_to_live=LIMITS.session_ttl_s)
                 capture_attention = gr.Checkbox(True, label="capture attention (DiCo run)",
                                                 info="record attention maps when the model returns them")
                 with gr.Accordion("Settings (generated from dico/settings.py)", open=False, elem_id="settings"):
@@ -181,7 +184,7 @@ def build_demo() -> gr.Blocks:
 
         outputs = [status, answers, trajectory, phases, clusters, side_by_side, masked, table, attention, step_run,
                    step, step_view, step_text, download, about, traces_state]
-        base = [prompt, model, mode, gen_length, block_length, methods]
+        base = [prompt, model, mode, gen_length, block_length, lanes_state]
         # always_last: Run pressed while a stopped run is still winding down starts once that one ends (the
         # default, "once", would drop the click).
         # concurrency_limit=None: every run reaches its handler at once, which keeps the app's own line
@@ -189,8 +192,17 @@ def build_demo() -> gr.Blocks:
         live = dict(show_progress="minimal", show_progress_on=[status], concurrency_limit=None,
                     concurrency_id="decode", trigger_mode="always_last")
         # Each click is stamped before it queues, so Stop can end a run that is still waiting (see handlers.stop).
-        for trigger in (run_btn.click, prompt.submit):
-            stamp(trigger).then(h.run_ui, base + [capture_attention] + controls, outputs, show_api=False, **live)
+        for trigger in (run_btn.click, prompt.submit):      # the rows become the lanes, then the run reads them
+            stamp(trigger).then(lane_controls.collect, slots.inputs[:], lanes_state, queue=False, show_api=False) \
+                .then(h.run_ui, base + [capture_attention] + controls, outputs, show_api=False, **live)
+        slots.add.click(lane_controls.add_lane, slots.inputs, slots.outputs, queue=False, show_api=False)
+        slots.preset.input(lane_controls.apply_preset, [slots.preset] + slots.inputs, slots.outputs, queue=False,
+                           show_api=False)
+        for i in range(len(slots.rows)):
+            slots.removes[i].click(functools.partial(lane_controls.remove_lane, i), slots.inputs, slots.outputs,
+                                   queue=False, show_api=False)
+            slots.methods[i].input(lane_controls.choose_method, slots.methods[i], slots.knobs[i], queue=False,
+                                   show_api=False)
         stamp(replay_btn.click).then(h.replay_race, [traces_state, speed], [status, answers], show_api=False,
                                      show_progress="hidden", concurrency_limit=4, trigger_mode="always_last")
         api_run.click(h.run_api, api_inputs, outputs, api_name="run", **live)

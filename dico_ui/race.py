@@ -1,6 +1,6 @@
-"""The race: the chosen methods decode the same prompt at the same time, interleaved one step of each in
-turn (round-robin), so each round is one forward pass of every method still running and the step
-counters stay comparable. Stop closes every method's step generator, leaving partial traces marked
+"""The race: the chosen lanes (a method, its settings and a label; ``dico.lanes``) decode the same prompt at the
+same time, interleaved one step of each in turn (round-robin), so each round is one forward pass of every lane
+still running and the step counters stay comparable. Two lanes may share a method. Stop closes every method's step generator, leaving partial traces marked
 ``stopped``; a replay walks saved traces through the same frames.
 
 Whoever drives the race stops it by closing it between frames (``settle`` then finishes the last frame): that
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from dico.lanes import Lane
 from dico.loop import close_snapshot, decode
 from dico.models import MaskPredictor
 from dico.trace import Trace
@@ -19,17 +20,25 @@ from dico_ui.request import RunRequest
 
 
 @dataclass
-class Lane:
-    """One method in the race: its (live) trace, the index of its last step, and its state."""
-    method: str
+class LaneRun:
+    """One lane in the race: what it decodes, its (live) trace, the index of its last step, and its state."""
+    lane: Lane
     trace: Trace | None = None
     k: int = -1
     state: str = "decoding"         # decoding | done | stopped
 
+    @property
+    def method(self) -> str:
+        return self.lane.method
+
+    @property
+    def label(self) -> str:
+        return self.lane.label
+
 
 @dataclass
 class Frame:
-    lanes: list[Lane]
+    lanes: list[LaneRun]
     round: int                      # forward passes of the longest-running method so far
     finished: bool = False
     stopped: bool = False
@@ -51,17 +60,18 @@ def own_time(trace: Trace) -> Trace:
 
 def race(predictor: MaskPredictor, req: RunRequest, should_stop: Callable[[], bool] = lambda: False) \
         -> Iterator[Frame]:
-    """Decode ``req.methods`` interleaved step by step; a frame after every round, the last one ``finished``.
+    """Decode the request's lanes interleaved step by step; a frame after every round, the last one ``finished``.
 
     ``should_stop`` is asked between steps; closing this generator (the server cancelled the request) stops
-    every method as well.
+    every lane as well. Attention maps are captured for the first DiCo lane only.
     """
-    lanes = [Lane(m) for m in req.methods]
+    lanes = [LaneRun(lane) for lane in req.lanes()]
+    attend = next((i for i, lane in enumerate(lanes) if lane.method == "dico"), None)
     runs = {}
-    for m in req.methods:
-        options = req.options(m)
-        options["capture_attention"] = options["capture_attention"] and m == "dico" and predictor.supports_attention
-        runs[m] = decode(predictor, req.prompt, m, **options)
+    for i, lane in enumerate(lanes):
+        options = req.options(lane.lane)
+        options["capture_attention"] = options["capture_attention"] and i == attend and predictor.supports_attention
+        runs[i] = decode(predictor, req.prompt, lane.method, **options)
     rounds, stopped = 0, False
     try:
         while any(lane.state == "decoding" for lane in lanes):
@@ -69,23 +79,23 @@ def race(predictor: MaskPredictor, req: RunRequest, should_stop: Callable[[], bo
                 stopped = True
                 break
             rounds += 1
-            for lane in lanes:
+            for i, lane in enumerate(lanes):
                 if lane.state != "decoding":
                     continue
                 try:
-                    lane.trace, step = next(runs[lane.method])
+                    lane.trace, step = next(runs[i])
                 except Exception as exc:
-                    raise LaneFailed(lane.method, lane.k + 2, exc) from exc
+                    raise LaneFailed(lane.label, lane.k + 2, exc) from exc
                 lane.k = step.index
                 if step.unmasked_fraction >= 1.0:        # the loop closed the trace with this step
-                    runs.pop(lane.method).close()
+                    runs.pop(i).close()
                     lane.state = "done"
                     own_time(lane.trace)
             yield Frame(lanes, rounds)
     finally:
-        for lane in lanes:
-            if lane.method in runs:
-                runs.pop(lane.method).close()            # finishes the partial trace, stopped=True
+        for i, lane in enumerate(lanes):
+            if i in runs:
+                runs.pop(i).close()                      # finishes the partial trace, stopped=True
                 lane.state = "stopped"
                 if lane.trace is not None:
                     own_time(lane.trace)
@@ -93,11 +103,11 @@ def race(predictor: MaskPredictor, req: RunRequest, should_stop: Callable[[], bo
 
 
 class LaneFailed(RuntimeError):
-    """A method's step raised (a model or rule error): which method, at which step, and what was raised."""
+    """A lane's step raised (a model or rule error): which lane (its label), at which step, and what was raised."""
 
-    def __init__(self, method: str, step: int, error: Exception):
-        super().__init__(f"{method} step {step}: {type(error).__name__}: {error}")
-        self.method, self.step, self.error = method, step, error
+    def __init__(self, label: str, step: int, error: Exception):
+        super().__init__(f"{label} step {step}: {type(error).__name__}: {error}")
+        self.label, self.step, self.error = label, step, error
 
 
 def settle(frame: Frame, predictor: MaskPredictor) -> Frame:
@@ -116,6 +126,6 @@ def replay(traces: list[Trace]) -> Iterator[Frame]:
     """Saved traces through the same frames as a live race: round r shows every run after its step r."""
     total = max((t.nfe for t in traces), default=0)
     for r in range(total):
-        lanes = [Lane(t.method, t, min(r, t.nfe - 1), "decoding" if r < t.nfe - 1 else
-                      ("stopped" if t.stopped else "done")) for t in traces]
+        lanes = [LaneRun(Lane(t.method, t.name, t.settings_given()), t, min(r, t.nfe - 1),
+                         "decoding" if r < t.nfe - 1 else ("stopped" if t.stopped else "done")) for t in traces]
         yield Frame(lanes, r + 1, finished=r == total - 1)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dico.settings import METHOD_LABELS, METHODS
+from dico.settings import METHOD_LABELS
 from dico.trace import END_TEXTS, Trace
 from dico_ui.text import clean, isolated
-from visuals import METHOD_COLORS
+from visuals import METHOD_COLORS, reference, run_colors
 
 # Viridis stops, the colour scale of the trajectory figure: a token's colour reads the same in both.
 VIRIDIS = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0.75, (94, 201, 98)),
@@ -21,13 +21,8 @@ MASK_SYMBOL = "▢"
 
 
 def label(method: str) -> str:
+    """A method's label (a lane is named by its own: ``trace.name``)."""
     return METHOD_LABELS.get(method, method)
-
-
-def method_order(traces: list[Trace]) -> list[Trace]:
-    """Runs in the library's method order, so every table and race reads the same way."""
-    rank = {m: i for i, m in enumerate(METHODS)}
-    return sorted(traces, key=lambda t: rank.get(t.method, len(rank)))
 
 
 def conf_color(conf: float) -> tuple[str, str]:
@@ -104,9 +99,10 @@ def response_html(trace: Trace, k: int, token_text=None) -> str:
 ORDINALS = ("1st", "2nd", "3rd", "4th")
 
 
-def lane_html(trace: Trace, k: int, state: str, token_text=None, rank: int | None = None) -> str:
-    """One method's card in the race: its step counter, its answer-complete moment (and its place among the
-    methods whose answer is complete) and the response at step k."""
+def lane_html(trace: Trace, k: int, state: str, token_text=None, rank: int | None = None,
+              color: str | None = None) -> str:
+    """One lane's card in the race, headed by its label: its step counter, its answer-complete moment (and its
+    place among the lanes whose answer is complete) and the response at step k."""
     steps = min(k + 1, len(trace.steps))
     done = answer_complete(trace, k, token_text)
     flags = [f"step <b>{steps}</b>" + (f" of {trace.nfe}" if state == "done" else "")]
@@ -122,19 +118,20 @@ def lane_html(trace: Trace, k: int, state: str, token_text=None, rank: int | Non
     elif state == "decoding":
         flags.append('<span class="live">decoding…</span>')
     cls = "lane done" if state == "done" else "lane"
-    color = METHOD_COLORS.get(trace.method, "#999999")
+    color = color or METHOD_COLORS.get(trace.method, "#999999")
     return (f'<div class="{cls}" style="border-left-color:{color}"><div class="lane-head">'
-            f'<b>{clean(label(trace.method))}</b> · '
+            f'<b class="lane-label">{clean(trace.name)}</b> · '
             f'{" · ".join(flags)}</div>{response_html(trace, k, token_text)}</div>')
 
 
 def lanes_html(lanes: list[tuple[Trace, int, str]], token_text=None, banner: str = "") -> str:
-    """Every method's card side by side, with the colour legend."""
+    """Every lane's card side by side, with the colour legend."""
     from dico_ui.text import prose
     complete = [answer_complete(t, k, token_text) for t, k, _ in lanes]
     order = sorted({c for c in complete if c is not None})
-    cards = "".join(lane_html(t, k, state, token_text, None if c is None else order.index(c))
-                    for (t, k, state), c in zip(lanes, complete))
+    colors = run_colors([t for t, _, _ in lanes])
+    cards = "".join(lane_html(t, k, state, token_text, None if c is None else order.index(c), color)
+                    for (t, k, state), c, color in zip(lanes, complete, colors))
     return f'{banner}<div class="race">{cards}</div>{prose("legend.html")}' if lanes else banner
 
 
@@ -152,7 +149,7 @@ def parallelism(trace: Trace) -> dict:
         row[0] += 1
         row[1] += len(trace.answer_commits(s))
         row[2] += len(trace.padding_commits(s))
-    return dict(method=trace.method, label=label(trace.method), nfe=trace.nfe, answer_nfe=complete,
+    return dict(method=trace.method, label=trace.name, nfe=trace.nfe, answer_nfe=complete,
                 answer=trace.answer_length if complete is not None else None,
                 padding=trace.gen_length - trace.answer_length if complete is not None else None,
                 answer_per_step=round(trace.answer_length / complete, 2) if complete else None,
@@ -163,14 +160,15 @@ def parallelism(trace: Trace) -> dict:
                 phases=phases, wall_s=trace.wall_s, tokens_per_s=trace.tokens_per_s, stopped=trace.stopped)
 
 
-TABLE_COLUMNS = ("method", "steps (NFE)", "answer complete at step", "answer tokens", "padding tokens",
+TABLE_COLUMNS = ("lane", "steps (NFE)", "answer complete at step", "answer tokens", "padding tokens",
                  "answer tokens / step", "tokens / step", "speed-up (NFE)", "speed-up (answer)", "own time (s)")
 
 
 def table_rows(traces: list[Trace]) -> list[list]:
-    """The comparison: answer against padding beside the raw step counts; speed-ups against Vanilla if it ran."""
-    rows = [parallelism(t) for t in method_order(traces)]
-    base = next((r for r in rows if r["method"] == "vanilla"), rows[0] if rows else None)
+    """The comparison, a row per lane: answer against padding beside the raw step counts; speed-ups against
+    Vanilla (one token a step) if it ran."""
+    rows = [parallelism(t) for t in traces]
+    base = rows[traces.index(reference(traces))] if rows else None
 
     def ratio(a, b):
         return round(a / b, 2) if a and b else None
@@ -191,7 +189,7 @@ def step_head(trace: Trace, k: int) -> str:
         return '<div class="step-head">This run has no steps.</div>'
     step = trace.steps[k]
     clusters = ", ".join(f"[{a}, {b}]" for a, b in step.clusters) or "none"
-    return (f'<div class="step-head"><b>{clean(label(trace.method))}</b>, step index <b>{k}</b> of '
+    return (f'<div class="step-head"><b>{clean(trace.name)}</b>, step index <b>{k}</b> of '
             f'{len(trace.steps) - 1} · phase <b>{clean(step.phase)}</b> · '
             f'committed {len(trace.answer_commits(step))} '
             f'answer + {len(trace.padding_commits(step))} padding (outlined) · clusters: '
@@ -209,7 +207,7 @@ def summary(traces: list[Trace], outside: str = "") -> str:
     """One paragraph under the race: answer-complete steps first; speed praise only for prompts in the model's tasks."""
     if not traces:
         return "No runs yet."
-    rows = [parallelism(t) for t in method_order(traces)]
+    rows = [parallelism(t) for t in traces]
     parts = ["**Answer complete at step**: " + "; ".join(
         f"{r['label']} {r['answer_nfe']} of {r['nfe']}" if r["answer_nfe"] is not None else
         f"{r['label']} not complete (stopped at step {r['nfe']})" for r in rows) + "."]
@@ -221,13 +219,14 @@ def summary(traces: list[Trace], outside: str = "") -> str:
     if pad["padding"]:
         parts.append(f"Up to {pad['padding']} of the {traces[0].gen_length} positions are end-of-text padding "
                      f"({pad['label']}): tokens per step counts them, the answer-complete step does not.")
-    base = next((r for r in rows if r["method"] == "vanilla"), None)
+    base = rows[traces.index(reference(traces))]
+    base = base if base["method"] == "vanilla" else None
     best = next((r for r in rows if r["method"] == "dico"), None)
     if outside:
         parts.append(f"⚠ {outside} Speed numbers say nothing about the quality of this answer.")
     elif base and best and base["answer_nfe"] and best["answer_nfe"]:
-        parts.append(f"DiCo completed the answer in {base['answer_nfe'] / best['answer_nfe']:.1f}× fewer forward "
-                     "passes than Vanilla.")
+        parts.append(f"{best['label']} completed the answer in {base['answer_nfe'] / best['answer_nfe']:.1f}× fewer "
+                     f"forward passes than {base['label']}.")
     if any(t.stopped for t in traces):
         parts.append("The run was stopped early: the figures show the steps taken.")
     return " ".join(parts)

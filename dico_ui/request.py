@@ -2,7 +2,9 @@
 
 Settings travel as one dict per method (``{"dico": {...}, "fast": {...}}``): the page's controls are
 generated from ``dico.settings.specs`` (``CONTROLS``) and folded back into that dict here, checked by the
-same ``Spec.check`` the library uses, so a control, its range and its validation cannot disagree.
+same ``Spec.check`` the library uses, so a control, its range and its validation cannot disagree. The lanes
+(``methods``: per lane a method name or ``{"method", "label", "settings"}``, ``dico.lanes``) start from their
+method's dict, their own settings over it.
 """
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ import json
 from dataclasses import dataclass, field
 
 from dico.embedded import scope
+from dico.lanes import Lane, parse_lanes
 from dico.loop import check_inputs, check_request
+from dico.methods import make_rule
+from dico.rules import plan
 from dico.models import EMBEDDED_NAME, MaskPredictor
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, NON_AR, SEMI_AR, SETTINGS, own_specs, \
     sampling_specs, settings_for, specs
@@ -33,15 +38,19 @@ class RunRequest:
     mode: str = NON_AR
     gen_length: int = DEFAULT_GEN_LENGTH
     block_length: int | None = DEFAULT_BLOCK_LENGTH
-    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
-    settings: dict[str, dict] = field(default_factory=dict)     # method -> its settings (plain values)
+    methods: list = field(default_factory=lambda: list(DEFAULT_METHODS))   # per lane: a method or a lane's dict
+    settings: dict[str, dict] = field(default_factory=dict)     # method -> its lanes' settings (plain values)
     capture_attention: bool = True
 
-    def options(self, method: str) -> dict:
-        """Keywords of ``dico.decode`` for one method of this request."""
+    def lanes(self) -> list[Lane]:
+        """The race's lanes, checked (ValueError naming ``methods[i]`` and the field)."""
+        return parse_lanes(self.methods, self.settings, where="methods")
+
+    def options(self, lane: Lane) -> dict:
+        """Keywords of ``dico.decode`` for one lane of this request."""
         return dict(mode=self.mode, gen_length=self.gen_length,
                     block_length=self.block_length if self.mode == SEMI_AR else None,
-                    settings=self.settings.get(method, {}), capture_attention=self.capture_attention)
+                    settings=lane.settings, capture_attention=self.capture_attention, label=lane.label)
 
 
 def whole(value, name: str):
@@ -53,9 +62,11 @@ def whole(value, name: str):
     raise ValueError(f"{name}: must be a whole number, got {value!r}")
 
 
-def settings_from_controls(methods: list[str], values) -> dict[str, dict]:
-    """The values of the generated controls (``CONTROLS`` order) as one checked dict per chosen method; the shared
-    sampling options go to every chosen method."""
+def settings_from_controls(methods: list, values) -> dict[str, dict]:
+    """The values of the generated controls (``CONTROLS`` order) as one checked dict per chosen method (a lane's
+    dict counts as its method); the shared sampling options go to every chosen method."""
+    methods = [m.get("method") if isinstance(m, dict) else m for m in methods]
+    methods = [m for m in dict.fromkeys(methods) if isinstance(m, str) and m in SETTINGS]
     values = list(values)
     if len(values) != len(CONTROLS):
         raise ValueError(f"settings: expected {len(CONTROLS)} values, got {len(values)}")
@@ -105,31 +116,32 @@ def settings_from_json(settings) -> dict[str, dict]:
 
 
 def build_request(prompt, model, mode, gen_length, block_length, methods, settings, capture_attention) -> RunRequest:
-    """A request from raw page or API values: numbers made whole, methods in the library's order."""
-    methods = [methods] if isinstance(methods, str) else list(methods or [])
-    if not methods:
-        raise ValueError("methods: choose at least one method to run")
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ValueError(f"methods: unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
+    """A request from raw page or API values: numbers made whole, the lanes checked, in the order given."""
+    methods = [methods] if isinstance(methods, (str, dict)) else list(methods or [])
+    parse_lanes(methods, settings, where="methods")
     gen_length = whole(gen_length, "gen_length")
     if not 1 <= gen_length <= MAX_GEN_LENGTH:
         raise ValueError(f"gen_length: must be in 1..{MAX_GEN_LENGTH} here, got {gen_length}")
     block_length = whole(block_length, "block_length") if mode == SEMI_AR else None
     return RunRequest(prompt=prompt if isinstance(prompt, str) else "", model=model or EMBEDDED_NAME, mode=mode,
                       gen_length=gen_length, block_length=block_length,
-                      methods=[m for m in METHODS if m in methods], settings=settings,
+                      methods=methods, settings=settings,
                       capture_attention=bool(capture_attention))
 
 
 def check(req: RunRequest) -> tuple[MaskPredictor, list[str], str]:
     """Everything checked before any forward pass: the predictor, warnings for the user, and a note when the
     prompt lies outside the embedded model's tasks ("" otherwise). Errors are ValueErrors naming the field."""
-    check_inputs(req.prompt, req.methods[0], req.mode, req.gen_length, req.block_length)   # before loading a model
-    for method in req.methods:
-        settings_for(method, req.settings.get(method, {}))
+    lanes = req.lanes()                     # every lane and its settings checked
+    method = lanes[0].method
+    check_inputs(req.prompt, method, req.mode, req.gen_length, req.block_length)   # before loading a model
+    for i, lane in enumerate(lanes):        # and against the lengths (LLaDA's steps split over the blocks)
+        try:
+            plan(make_rule(lane.method, req.mode, lane.settings), req.gen_length, req.block_length or req.gen_length)
+        except ValueError as exc:
+            raise ValueError(f"methods[{i}] ({lane.label}): {exc}") from None
     predictor = get_predictor(req.model)
-    check_request(predictor, req.prompt, req.methods[0], req.mode, req.gen_length, req.block_length)
+    check_request(predictor, req.prompt, method, req.mode, req.gen_length, req.block_length)
     warnings, outside = [], ""
     if predictor.name == EMBEDDED_NAME:
         unknown = list(dict.fromkeys(predictor.unknown_words(req.prompt)))

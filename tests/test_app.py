@@ -307,7 +307,7 @@ def test_replay_the_race_walks_the_same_frames(app_module):
     traces = h.read_traces(h.EXAMPLE_RUN.read_bytes())
     frames = list(h.replay_race(Session("replay"), traces, h.MAX_SPEED))
     assert len(frames) == max(t.nfe for t in traces) and frames[-1][0].endswith("(end)")
-    assert frames[-1][1] == render.lanes_html([(t, t.nfe - 1, "done") for t in render.method_order(traces)])
+    assert frames[-1][1] == render.lanes_html([(t, t.nfe - 1, "done") for t in traces])
     assert [f.round for f in replay(traces)] == list(range(1, len(frames) + 1))
     with pytest.raises(gr.Error, match="speed"):
         list(h.replay_race(Session("replay"), traces, 0))
@@ -377,3 +377,51 @@ def test_the_kv_cache_is_a_shared_control_reaching_every_method(app_module, pred
     assert traces and all(t.settings["cache"] == "dual" and 0 < t.token_forwards < t.nfe * 96 for t in traces)
     values[names.index("cache")] = "everything"
     assert "setting cache: must be one of none, prefix, dual, delayed" in refusal(run(settings=values))
+
+
+# ---------------------------------------------------------------------------- lanes (issue 26)
+
+def rows_of(*lanes):
+    """The lane rows' values as the page sends them: the count, then method, knob, label per row."""
+    from dico.lanes import MAX_LANES
+    flat = [c for lane in lanes for c in lane] + ["vanilla", None, ""] * (MAX_LANES - len(lanes))
+    return [len(lanes), *flat]
+
+
+def shown(out) -> list:
+    """The rows' values after a lane handler: its outputs up to the rows, updates read as their values."""
+    from dico.lanes import MAX_LANES
+    return [v.get("value") if isinstance(v, dict) else v for v in out[:1 + 3 * MAX_LANES]]
+
+
+def test_lane_rows_add_remove_take_presets_and_become_the_lanes_run_takes(app_module):
+    from dico_ui import lane_controls as lc
+    values = rows_of(("vanilla", None, ""), ("fast", None, ""))
+    assert lc.collect(*values) == [{"method": "vanilla"}, {"method": "fast"}]
+    added = lc.add_lane(*values)
+    assert added[0] == 3 and added[7] == "topk" and added[8]["visible"] and added[8]["label"] == "k"
+    assert lc.collect(*shown(added)[:7], "fast", 0.7, "eager", *shown(added)[10:]) == \
+        [{"method": "vanilla"}, {"method": "fast"}, {"method": "fast", "settings": {"threshold": 0.7}, "label": "eager"}]
+    removed = lc.remove_lane(0, *values)
+    assert removed[0] == 1 and removed[1] == "fast"
+    assert [u["visible"] for u in removed[19:25]] == [True] + [False] * 5
+    assert lc.remove_lane(0, *rows_of(("dico", None, "")))[0] == 1          # the last lane stays
+    full = rows_of(*[("topk", k, "") for k in (1, 2, 3, 4, 5, 6)])
+    assert lc.add_lane(*full)[0] == 6 and lc.add_lane(*full)[-1]["interactive"] is False
+    preset = lc.apply_preset("Vanilla vs Top-4 per step", *values)
+    assert lc.collect(*shown(preset)) == [{"method": "vanilla"}, {"method": "topk", "settings": {"k": 4}}]
+    assert not lc.choose_method("dico")["visible"] and lc.choose_method("topk")["label"] == "k"
+    for name in lc.PRESETS:        # every preset is a race the library accepts
+        dico.parse_lanes(lc.collect(*shown(lc.apply_preset(name, *values))))
+
+
+def test_a_page_race_of_two_lanes_of_one_method_names_each_by_its_label(app_module, predictor):
+    lanes_ = [{"method": "vanilla"}, {"method": "topk", "settings": {"k": 4.0}}, {"method": "topk", "settings": {"k": 2.0}}]
+    *_, last = run(prompt=LIST, gen_length=16, methods=lanes_)
+    result = dict(zip(h.RESULTS, last))
+    assert [t.label for t in result["traces"]] == ["Vanilla", "Top-4 per step", "Top-2 per step"]
+    assert [t.nfe for t in result["traces"]] == [16, 4, 8]
+    assert list(result["table"]["lane"]) == ["Vanilla", "Top-4 per step", "Top-2 per step"]
+    assert all(f'<b class="lane-label">{t.label}</b>' in result["answers"] for t in result["traces"])
+    refused = refusal(run(methods=[{"method": "topk"}, {"method": "topk"}]))
+    assert "methods[1].label: 'Top-4 per step' is also the label of methods[0]" in refused

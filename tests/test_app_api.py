@@ -61,6 +61,35 @@ def test_bad_input_comes_back_as_an_error_naming_the_field(client, kwargs, messa
         call(client, **kwargs)
 
 
+def test_lanes_are_method_names_or_objects_and_two_may_share_a_method(client, app_module, predictor):
+    lanes = ["vanilla", {"method": "topk", "settings": {"k": 4}}, "fast",
+             {"method": "fast", "label": "eager Fast-dLLM", "settings": {"threshold": 0.5}}]
+    out = results(app_module, call(client, methods=lanes, settings={"fast": {"threshold": 0.9}}))
+    assert out["status"].startswith("Done") and out["answers"].count("answer complete at step") == 4
+    assert [row[0] for row in out["table"]["data"]] == ["Vanilla", "Top-4 per step", "Fast-dLLM", "eager Fast-dLLM"]
+    for label in ("Top-4 per step", "eager Fast-dLLM"):
+        assert f'<b class="lane-label">{label}</b>' in out["answers"]
+    traces = json.loads(open(out["download"], encoding="utf-8").read())["traces"]
+    assert [t["label"] for t in traces] == ["Vanilla", "Top-4 per step", "Fast-dLLM", "eager Fast-dLLM"]
+    assert [t["settings"].get("threshold") for t in traces[2:]] == [0.9, 0.5] and traces[1]["settings"]["k"] == 4
+    assert traces[1]["nfe"] == 32 // 4
+
+
+@pytest.mark.parametrize("methods, message", [
+    (["vanilla"] * 7, r"methods: 7 lanes, at most 6"),
+    (["fast", "fast"], r"methods\[1\].label: 'Fast-dLLM' is also the label of methods\[0\]"),
+    ([{"method": "greedy"}], r"methods\[0\].method: unknown method 'greedy'"),
+    ([{"method": "topk", "settings": {"threshold": 0.9}}], r"threshold: not a setting of 'topk'"),
+    ([{"method": "topk", "settings": {"k": 0}}], r"k: must be in \[1, 4096\]"),
+    (["fast", {"method": "vanilla", "settings": {"steps": 3}}],
+     r"methods\[1\] \(Vanilla, 3 steps\): steps: 3 is not a multiple of the number of blocks \(2\)"),
+])
+def test_a_bad_lane_is_an_error_naming_it_and_nothing_runs(client, counted_race, methods, message):
+    with pytest.raises(AppError, match=message):
+        call(client, methods=methods, mode="semi-ar")
+    assert counted_race["rounds"] == 0
+
+
 def test_run_streams_and_a_cancelled_run_leaves_the_next_one_working(client, app_module, predictor, wait_until):
     job = client.submit(PROMPT, "dico-tiny", "non-ar", 192, 16, ["vanilla", "fast", "dico"], "", True,
                         api_name="/run")

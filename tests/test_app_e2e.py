@@ -173,3 +173,29 @@ def test_replay_the_race_from_the_traces_on_screen(watched_page):
     expect(page.locator("#status")).to_contain_text("Replaying the race", timeout=LONG)
     expect(page.locator("#status")).to_contain_text("(end)", timeout=LONG)
     expect(lanes(page)).to_have_count(3)
+
+
+def test_a_second_lane_of_one_method_with_another_setting_races_under_its_label(watched_page, artifacts):
+    page = watched_page
+    page.locator("#examples .gallery-item").nth(LIST_EXAMPLE).click()
+    set_gen_length(page, 32)
+    page.locator("#lane-preset input").click()
+    page.get_by_role("option", name="Vanilla vs Top-4 per step").click()
+    expect(page.locator("#lane-2")).to_be_hidden()
+    expect(page.locator("#lane-1-knob input")).to_have_value("4")
+    page.locator("#add-lane").click()                        # a third lane, then the same method as the second
+    expect(page.locator("#lane-2")).to_be_visible()
+    page.locator("#lane-2-method input").click()
+    page.get_by_role("option", name="Top-k per step").click()
+    knob = page.locator("#lane-2-knob input")
+    knob.fill("2")
+    knob.press("Tab")
+    page.locator("#lanes").screenshot(path=str(artifacts / "lanes.png"))
+    page.locator("#run").click()
+    expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
+    expect(page.locator("#answers .lane-label")).to_have_text(["Vanilla", "Top-4 per step", "Top-2 per step"])
+    expect(page.locator("#answers")).to_contain_text("step 8 of 8")
+    page.locator("#answers").screenshot(path=str(artifacts / "race-lanes.png"))
+    page.locator("#lane-1-remove").click()                  # the Top-2 row moves up
+    expect(page.locator("#lane-2")).to_be_hidden()
+    expect(page.locator("#lane-1-knob input")).to_have_value("2")

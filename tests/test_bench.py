@@ -10,7 +10,8 @@ import pytest
 from dico.bench.benchmark import wilson
 from dico.bench.tables import ROW_FIELDS, read_results, throughput_markdown
 from dico.embedded import tasks
-from dico.settings import METHOD_LABELS, METHODS
+from dico.lanes import default_label
+from dico.settings import METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +28,7 @@ def test_table1_rows_at_two_lengths_side_by_side(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     rows, run = read_results(out)
     assert run["lengths"] == [[16, 8], [24, 8]] and (run["batch_size"], run["jobs"]) == (2, 2)
-    configs = [(m, METHOD_LABELS[m]) for m in METHODS] + [("dico", "DiCo (authors' code)")]
+    configs = [(m, default_label(m)) for m in METHODS] + [("dico", "DiCo (authors' code)")]
     assert {(r["method"], r["label"], r["mode"], r["task"], r["gen_length"]) for r in rows} == {
         (m, label, mode, t, g) for m, label in configs for mode in ("non-ar", "semi-ar")
         for t in tasks.FAMILIES for g in (16, 24)}                # every family, pick and team included

@@ -21,7 +21,8 @@ from tests.standins import partial_cached_pass, random_predictor
 GEN, BLOCK = 32, 16
 KINDS = CACHE_KINDS[1:]
 # Every method, Vanilla twice: one token a step, and LLaDA's steps (two tokens a step here).
-METHODS = [("vanilla", {}), ("vanilla", {"steps": GEN // 2}), ("fast", {}), ("fast-factor", {}), ("dico", {})]
+METHODS = [("vanilla", {}), ("vanilla", {"steps": GEN // 2}), ("topk", {"k": 3}), ("fast", {}), ("fast-factor", {}),
+           ("dico", {})]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,8 @@ def run(predictor, prompt, method, mode, **settings):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("method,extra", METHODS, ids=["vanilla", "vanilla-steps", "fast", "fast-factor", "dico"])
+@pytest.mark.parametrize("method,extra", METHODS,
+                         ids=["vanilla", "vanilla-steps", "topk", "fast", "fast-factor", "dico"])
 def test_refreshing_every_pass_decodes_exactly_as_no_cache(predictor, prompt, method, extra, mode):
     plain = run(predictor, prompt, method, mode, **extra)
     for kind in KINDS:

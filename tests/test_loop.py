@@ -24,9 +24,11 @@ from standins import MASK_ID, random_predictor, scripted
 torch.set_num_threads(1)
 
 PROMPT = "Tom has 5 apples"
-PHASES = {"vanilla": {"vanilla"}, "fast": {"fast"}, "fast-factor": {"fast"}, "dico": {"divide", "conquer", "finalize"}}
+PHASES = {"vanilla": {"vanilla"}, "topk": {"vanilla"}, "fast": {"fast"}, "fast-factor": {"fast"},
+          "dico": {"divide", "conquer", "finalize"}}
 SETTINGS = {
     "vanilla": [{}],
+    "topk": [{}, {"k": 1}, {"k": 3}],
     "fast": [{}, {"threshold": 0.7}],
     "fast-factor": [{}, {"factor": 2.0}],
     "dico": [{}, {"guidance": False}, {"logit_margin": False}, {"guidance": False, "logit_margin": False},

@@ -6,6 +6,7 @@ Figures never walk a trace cell by cell; they read the arrays ``Grid`` builds on
 from __future__ import annotations
 
 import html
+import re
 from functools import cached_property
 
 import numpy as np
@@ -19,8 +20,8 @@ from dico.trace import PHASES, Trace
 OKABE_ITO = {"grey": "#999999", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
              "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "black": "#000000"}
 PHASE_COLORS = dict(zip(PHASES, (OKABE_ITO[c] for c in ("grey", "orange", "sky", "green", "purple"))))
-METHOD_COLORS = {"vanilla": OKABE_ITO["grey"], "fast": OKABE_ITO["orange"], "fast-factor": OKABE_ITO["black"],
-                 "dico": OKABE_ITO["blue"]}
+METHOD_COLORS = {"vanilla": OKABE_ITO["grey"], "topk": OKABE_ITO["purple"], "fast": OKABE_ITO["orange"],
+                 "fast-factor": OKABE_ITO["black"], "dico": OKABE_ITO["blue"]}
 METHOD_NAMES = METHOD_LABELS            # kept for old imports; the labels are declared once, in dico.settings
 COMMIT_COLOR, SEED_COLOR, CLUSTER_COLOR = OKABE_ITO["vermillion"], OKABE_ITO["yellow"], OKABE_ITO["black"]
 # A Divide step's commits above the shortcut (the Divide shortcut setting): beside the seeds, not seeds themselves.
@@ -56,9 +57,11 @@ TEMPLATE = dict(layout=dict(font=dict(size=13), paper_bgcolor="white", plot_bgco
 
 def method_id(name: str) -> str:
     """A method id from an id or a display label, also a variant's label: 'Fast-dLLM (0.95)' -> 'fast',
-    'DiCo N=4' -> 'dico'. Unknown names come back unchanged."""
+    'DiCo N=4' -> 'dico', 'Top-4 per step' -> 'topk'. Unknown names come back unchanged."""
     if name in METHOD_LABELS:
         return name
+    if re.fullmatch(r"Top-\d+ per step( .*)?", name):
+        return "topk"
     for method, label in sorted(METHOD_LABELS.items(), key=lambda kv: -len(kv[1])):   # longest label first
         if name == label or name.startswith(label + " "):
             return method
@@ -74,11 +77,35 @@ def method_color(method: str, i: int = 0) -> str:
     return METHOD_COLORS.get(method_id(method), OKABE_ITO[spare[i % len(spare)]])
 
 
+# Lanes beyond the first of a method (two Fast-dLLM lanes) take these, skipping the colours of methods shown.
+SPARE_COLORS = tuple(OKABE_ITO[c] for c in ("sky", "green", "yellow")) + ("#8C564B", "#7F7F00", "#5D3A9B")
+
+
+def lane_colors(lanes: list[tuple[str, str]]) -> list[str]:
+    """A colour per lane, given as (method id, label): a method's first lane in the method's colour, any further
+    lane of it (another label) in a spare colour no method shown uses; one label keeps one colour."""
+    taken = {METHOD_COLORS.get(method_id(m)) for m, _ in lanes}
+    spare = iter([c for c in SPARE_COLORS + tuple(METHOD_COLORS.values()) if c not in taken])
+    colors: dict[str, str] = {}
+    seen: set[str] = set()
+    for method, label in lanes:
+        m = method_id(method)
+        if label not in colors:
+            colors[label] = METHOD_COLORS[m] if m in METHOD_COLORS and m not in seen else next(spare, "#999999")
+        seen.add(m)
+    return [colors[label] for _, label in lanes]
+
+
+def run_colors(traces: list[Trace]) -> list[str]:
+    return lane_colors([(t.method, t.name) for t in traces])
+
+
 def run_name(trace: Trace) -> str:
-    """How a run is named in legends: method, mode when it is semi-AR, and its KV cache when it has one."""
-    name = method_name(trace.method)
+    """How a run is named in legends: its lane's label, mode when it is semi-AR, and its KV cache when it has one
+    (unless the label already says so)."""
+    name = trace.name
     parts = ([f"semi-AR, block {trace.block_length}"] if trace.mode == "semi-ar" else []) + \
-        ([f"{cache_kind(trace)} cache"] if cache_kind(trace) != "none" else [])
+        ([f"{cache_kind(trace)} cache"] if cache_kind(trace) != "none" and "cache" not in name else [])
     return f"{name} ({', '.join(parts)})" if parts else name
 
 

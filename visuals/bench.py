@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from visuals._common import (LEGEND_BELOW, TEMPLATE, axis_ids, method_color, method_id, method_name, notice, panel_row,
+from visuals._common import (LEGEND_BELOW, TEMPLATE, axis_ids, lane_colors, method_id, method_name, notice, panel_row,
                              subtitle)
 
 MODE_SYMBOLS = {"non-ar": "circle", "semi-ar": "square"}
@@ -20,8 +20,9 @@ def row_label(row: dict) -> str:
 def accuracy_nfe_figure(rows: list[dict]) -> go.Figure:
     """Accuracy against mean forward passes, one panel per task; up and to the left is better.
 
-    Colour is the method (rows carry the id in ``method`` and the label in ``label``; older rows with the label in
-    ``method`` are read too), shape the mode. Rows with ``answer_nfe_mean`` also get a hollow marker at the answer's
+    Colour is the lane: a method's colour for its first label, a spare colour for its other labels (rows carry the
+    id in ``method`` and the label in ``label``; older rows with the label in ``method`` are read too), shape the
+    mode. Rows with ``answer_nfe_mean`` also get a hollow marker at the answer's
     NFE, joined to the full NFE: the forward passes after it only fill end-of-text padding.
     """
     if not rows:
@@ -31,7 +32,8 @@ def accuracy_nfe_figure(rows: list[dict]) -> go.Figure:
         if missing:
             raise ValueError(f"rows[{i}]: missing {', '.join(missing)}")
     tasks = list(dict.fromkeys(r["task"] for r in rows))
-    methods = list(dict.fromkeys(method_id(r["method"]) for r in rows))
+    lanes = list(dict.fromkeys((r["method"], row_label(r)) for r in rows))
+    colors = dict(zip((label for _, label in lanes), lane_colors(lanes)))
     layout, data, shown = panel_row(tasks, gap=0.06), [], set()
     for label, mode in dict.fromkeys((row_label(r), r["mode"]) for r in rows):
         name = f"{label} ({mode})"
@@ -40,7 +42,7 @@ def accuracy_nfe_figure(rows: list[dict]) -> go.Figure:
             if not sel:
                 continue
             method = method_id(sel[0]["method"])
-            color, symbol = method_color(method, methods.index(method)), MODE_SYMBOLS.get(mode, "diamond")
+            color, symbol = colors[label], MODE_SYMBOLS.get(mode, "diamond")
             data.append(dict(
                 type="scatter", x=[r["nfe_mean"] for r in sel], y=[r["accuracy"] for r in sel], mode="markers",
                 name=name, legendgroup=name, showlegend=name not in shown, meta=method, **axis_ids(i),

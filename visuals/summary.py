@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from dico.trace import Trace
 from visuals._common import (BLOCK_COLOR, LEGEND_BELOW, PHASE_COLORS, REFRESH_COLOR, TEMPLATE, Grid, cache_kind,
-                             method_color, method_name, notice, refresh_steps, run_name, subtitle)
+                             notice, refresh_steps, run_colors, run_name, subtitle)
 
 STEP_X = dict(title="step (one forward pass each)", showgrid=False)
 PADDING_PATTERN = dict(shape="/", fgcolor="#555555", size=6, solidity=0.3)
@@ -84,9 +84,9 @@ def comparison_figure(traces: list[Trace]) -> go.Figure:
     traces = [t for t in traces if t.steps]
     if not traces:
         return notice("No runs to compare yet.")
-    data = []
+    data, colors = [], run_colors(traces)
     for i, trace in enumerate(traces):
-        g, name, color = Grid(trace), run_name(trace), method_color(trace.method, i)
+        g, name, color = Grid(trace), run_name(trace), colors[i]
         x = np.arange(len(trace.steps) + 1)
         dash = "dot" if trace.mode == "semi-ar" else "solid"
         data.append(dict(type="scatter", x=x, y=_masked_fraction(g.counts, trace.gen_length), mode="lines",
@@ -124,14 +124,15 @@ def comparison_figure(traces: list[Trace]) -> go.Figure:
 
 
 def comparison_table(traces: list[Trace]) -> list[dict]:
-    """One row per run; speed-ups are relative to the Vanilla run if there is one, else to the first run.
+    """One row per run; speed-ups are relative to the Vanilla run (one token a step) if there is one, else to the
+    first run (``reference``).
 
-    ``method`` is the display label (``method_id`` the id); ``answer_nfe`` is the step the answer was complete,
+    ``method`` is the run's lane label (``method_id`` the method); ``answer_nfe`` is the step the answer was complete,
     ``answer_tokens_per_step`` the answer's tokens over it, beside ``tokens_per_step`` of the whole response.
     """
     if not traces:
         return []
-    base = next((t for t in traces if t.method == "vanilla"), traces[0])
+    base = reference(traces)
 
     def ratio(a: float, b: float) -> float | None:
         return round(a / b, 2) if a > 0 and b > 0 else None
@@ -140,7 +141,7 @@ def comparison_table(traces: list[Trace]) -> list[dict]:
     for t in traces:
         committed = sum(len(s.committed) for s in t.steps)
         answer = sum(len(t.answer_commits(s)) for s in t.steps)
-        rows.append(dict(method=method_name(t.method), method_id=t.method, mode=t.mode, nfe=t.nfe,
+        rows.append(dict(method=t.name, method_id=t.method, mode=t.mode, nfe=t.nfe,
                          answer_nfe=t.answer_nfe, answer_tokens=t.answer_tokens, padding_tokens=t.padding_tokens,
                          tokens_per_step=_per_step(committed, t.nfe),
                          answer_tokens_per_step=_per_step(answer, t.answer_nfe),
@@ -149,3 +150,9 @@ def comparison_table(traces: list[Trace]) -> list[dict]:
                          speedup_nfe=ratio(base.nfe, t.nfe), speedup_answer_nfe=ratio(base.answer_nfe, t.answer_nfe),
                          speedup_wall=ratio(base.wall_s, t.wall_s)))
     return rows
+
+
+def reference(traces: list[Trace]) -> Trace:
+    """The run speed-ups are measured against: Vanilla one token a step, else any Vanilla run, else the first."""
+    return next((t for t in traces if t.method == "vanilla" and not t.settings.get("steps")),
+                next((t for t in traces if t.method == "vanilla"), traces[0]))

@@ -11,7 +11,7 @@ from dico.trace import Trace
 from visuals._common import (CLUSTER_COLOR, CONFIDENCE_AXIS, FRAME, LEGEND_BELOW, PADDING_COLOR, PHASE_COLORS,
                              SEED_COLOR, SHORTCUT, SHORTCUT_HOVER, SHORTCUT_MARKER, TEMPLATE, Grid, answer_end_line,
                              answer_end_note, axis_ids, block_lines, boxes, check_confidence, cluster_spans,
-                             commit_markers, figure, labels, method_name, notice, panel_row, refresh_ticks, run_name,
+                             commit_markers, figure, labels, notice, panel_row, refresh_ticks, run_name,
                              seed_points, subtitle)
 
 STEP_AXIS = dict(title="step (one forward pass each)", autorange="reversed", showgrid=False, zeroline=False)
@@ -163,7 +163,7 @@ def cluster_figure(trace: Trace) -> go.Figure:
         if trace.method == "dico":
             return notice("No seed reached the seed threshold in this run, so Divide formed no cluster and DiCo went straight "
                           "to Finalize (the model was unsure everywhere).", run_name(trace))
-        return notice(f"{method_name(trace.method)} does not divide the response into clusters; "
+        return notice(f"{trace.name} does not divide the response into clusters; "
                       "only DiCo has seeds and clusters.", run_name(trace))
     data = []
     for phase in PHASE_COLORS:

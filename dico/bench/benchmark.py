@@ -30,7 +30,8 @@ from pathlib import Path
 
 from dico.bench.tables import markdown, readme_section, splice_readme, throughput_markdown
 from dico.embedded import tasks
-from dico.settings import ABLATIONS, METHOD_LABELS, METHODS, MODES, SEMI_AR
+from dico.lanes import default_label
+from dico.settings import ABLATIONS, METHODS, MODES, SEMI_AR
 
 # (gen_length, semi-AR block_length): ours, sized to the embedded model's 20-70-token answers (three blocks
 # in semi-AR), and the paper's (section 5.1: 256 positions, semi-AR blocks of 128).
@@ -42,7 +43,7 @@ BATCH_SIZE = 8
 THROUGHPUT_BATCHES = (1, 8, 32)
 Z95 = 1.959964
 
-METHOD_ROWS = [(METHOD_LABELS[m], m, {}) for m in METHODS]     # every method at its paper settings
+METHOD_ROWS = [(default_label(m), m, {}) for m in METHODS]     # every method at its paper settings ("Top-4 per step")
 # Table 1 also decodes DiCo as the authors' release does (dico.settings.AUTHORS_CODE), beside the paper's DiCo.
 AUTHORS_ROW = ("DiCo (authors' code)", "dico", {"authors_code": True})
 TABLE = METHOD_ROWS + [AUTHORS_ROW]
@@ -83,7 +84,12 @@ def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batc
 
     from dico.batch import decode_batch, drain
 
-    configs = [TABLE[0]] + [c for c in configs if c[1] != "vanilla"]
+    # Vanilla one token a step is every part's reference, decoded once; other Vanilla rows (LLaDA's steps) and
+    # naive top-k rows are configs like any other
+    configs = [TABLE[0]] + [c for c in configs if c[0] != TABLE[0][0]]
+    labels = [c[0] for c in configs]
+    if len(set(labels)) < len(labels):
+        raise ValueError(f"configs: label {next(x for x in labels if labels.count(x) > 1)!r} names two configs")
     items = {family: tasks.make_split(family, "test", n_items) for family in families}
     cells = [Cell(label, method, settings, mode, family, gen, block if mode == SEMI_AR else None)
              for family in families for gen, block in lengths for mode in modes for label, method, settings in configs]

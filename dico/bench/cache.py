@@ -10,7 +10,8 @@ import time
 
 from dico.embedded import tasks
 from dico.bench.benchmark import FULL_ITEMS, LENGTHS, QUICK_ITEMS, _lengths, _report, machine, training_step, wilson
-from dico.settings import METHOD_LABELS, METHODS, SEMI_AR
+from dico.lanes import default_label
+from dico.settings import METHODS, SEMI_AR
 
 # The cache benchmark (issue 27). Speed: Fast-dLLM's setting (gen 256, blocks of 32, dual cache) and the delayed
 # cache in non-AR; accuracy: each cache kind in the mode it serves, on Table 1's items and lengths.
@@ -54,7 +55,7 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True)
         plain, cached = sums["none"], sums[kind]
         low, high = wilson(plain["correct"], n)
         tps = {c: n * gen / v["wall"] if v["wall"] else 0.0 for c, v in sums.items()}
-        rows.append({"method": method, "label": METHOD_LABELS[method], "mode": mode, "gen_length": gen,
+        rows.append({"method": method, "label": default_label(method), "mode": mode, "gen_length": gen,
                      "block_length": block, "cache": kind, "n": n, "families": list(families),
                      "accuracy_none": round(plain["correct"] / n, 4), "accuracy_none_low": round(low, 4),
                      "accuracy_none_high": round(high, 4), "accuracy_cache": round(cached["correct"] / n, 4),

@@ -1,0 +1,137 @@
+"""Lanes: a race lane is a method, its settings and a label. Up to six, two may share a method; everything is
+checked before anything runs; every trace records its lane's label, and figures and tables name lanes by it."""
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+import dico
+from dico.lanes import MAX_LANES, Lane, default_label, parse_lanes
+from dico.trace import Trace
+
+GOLDEN = Path(__file__).parent / "golden" / "traces"
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    torch.set_num_threads(1)
+    return dico.load_model(attention=False)
+
+
+def test_a_lane_is_a_method_name_or_an_object_and_its_default_label_names_what_sets_it_apart():
+    lanes = parse_lanes(["vanilla", {"method": "topk", "settings": {"k": 4}}, {"method": "topk", "settings": {"k": 2}},
+                         "fast", {"method": "fast", "settings": {"threshold": 0.7}},
+                         {"method": "vanilla", "label": "LLaDA, 24 steps", "settings": {"steps": 24}}])
+    assert [lane.label for lane in lanes] == ["Vanilla", "Top-4 per step", "Top-2 per step", "Fast-dLLM",
+                                              "Fast-dLLM 0.7", "LLaDA, 24 steps"]
+    assert lanes[1] == Lane("topk", "Top-4 per step", {"k": 4}) and lanes[5].settings == {"steps": 24}
+    assert default_label("topk") == "Top-4 per step"                 # k is always said
+    assert default_label("vanilla", {"steps": 24}) == "Vanilla, 24 steps"
+    assert default_label("fast-factor", {"factor": 2.0}) == "Fast-dLLM (factor 2)"
+    assert default_label("dico", {"authors_code": True, "tau1": 0.4}) == "DiCo (authors_code=on, tau1=0.4)"
+    assert default_label("fast", {"threshold": 0.7, "cache": "dual"}) == "Fast-dLLM 0.7 (cache=dual)"
+    # two lanes of a method at their defaults but one given explicitly: the given value is named
+    assert [lane.label for lane in parse_lanes(["fast", {"method": "fast", "settings": {"threshold": 0.95}}])] == \
+        ["Fast-dLLM", "Fast-dLLM 0.95"]
+
+
+def test_a_lane_starts_from_its_methods_settings_and_its_own_lie_over_them():
+    (lane,) = parse_lanes([{"method": "fast", "settings": {"threshold": 0.7}}], {"fast": {"threshold": 0.9,
+                                                                                          "cache": "dual"}})
+    assert lane.settings == {"threshold": 0.7, "cache": "dual"} and lane.label == "Fast-dLLM 0.7"
+    assert lane.checked().threshold == 0.7
+
+
+@pytest.mark.parametrize("lanes,message", [
+    (["vanilla"] * (MAX_LANES + 1), r"lanes: 7 lanes, at most 6 race side by side"),
+    ([], "lanes: choose at least one method"),
+    (["fast", "fast"], r"lanes\[1\].label: 'Fast-dLLM' is also the label of lanes\[0\]"),
+    ([{"method": "fast", "label": "x"}, {"method": "dico", "label": "x"}], r"lanes\[1\].label: 'x' is also"),
+    (["vanilla", "greedy"], r"lanes\[1\].method: unknown method 'greedy'; choose from vanilla, topk"),
+    ([{"method": "topk", "settings": {"threshold": 0.9}}],
+     r"lanes\[0\] \(Top-k per step\): threshold: not a setting of 'topk'"),
+    ([{"method": "topk", "settings": {"k": 0}}], r"lanes\[0\] \(Top-k per step\): k: must be in \[1, 4096\]"),
+    ([{"method": "fast", "label": "  "}], r"lanes\[0\].label: must be a non-empty text"),
+    ([{"method": "fast", "colour": "red"}], r"lanes\[0\].colour: not a field of a lane"),
+    ([{"method": "fast", "settings": [0.7]}], r"lanes\[0\].settings: must be an object"),
+    ([3], r"lanes\[0\]: must be a method name or an object"),
+    ([{"method": ["fast"]}], r"lanes\[0\].method: unknown method"),
+])
+def test_a_bad_lane_is_a_clear_message_naming_it(lanes, message):
+    with pytest.raises(ValueError, match=message):
+        parse_lanes(lanes)
+
+
+def test_every_trace_records_its_lanes_label_and_settings(predictor, tmp_path):
+    prompt = "Here is a list: 4, 9, 13. Make every item smaller by 3. Keep the order."
+    lanes = parse_lanes(["fast", {"method": "fast", "settings": {"threshold": 0.5}}, {"method": "topk"}])
+    traces = [dico.generate(predictor, prompt, lane.method, gen_length=16, settings=lane.settings, label=lane.label)
+              for lane in lanes]
+    assert [t.label for t in traces] == ["Fast-dLLM", "Fast-dLLM 0.5", "Top-4 per step"]
+    assert traces[1].settings["threshold"] == 0.5 and traces[2].settings["k"] == 4
+    path = tmp_path / "t.json"
+    traces[1].save(path)
+    assert Trace.load(path).label == "Fast-dLLM 0.5" == Trace.load(path).name
+    # a Vanilla lane with steps keeps LLaDA's meaning: steps passes for the whole answer
+    (llada,) = parse_lanes([{"method": "vanilla", "settings": {"steps": 8}}])
+    trace = dico.generate(predictor, prompt, llada.method, gen_length=16, settings=llada.settings, label=llada.label)
+    assert trace.nfe == 8 and all(len(s.committed) == 2 for s in trace.steps) and trace.label == "Vanilla, 8 steps"
+    # without a lane, the label still says what sets the run apart
+    assert dico.generate(predictor, prompt, "fast", gen_length=8, threshold=0.6).label == "Fast-dLLM 0.6"
+    assert dico.generate(predictor, prompt, "topk", gen_length=8, k=2).label == "Top-2 per step"
+
+
+def test_trace_files_from_before_lanes_load_with_the_methods_label():
+    for path in sorted(GOLDEN.glob("*.json")):
+        data = Trace.load(path).to_dict()
+        data.pop("label")
+        old = Trace.from_dict(copy.deepcopy(data))
+        assert old.label == {"vanilla": "Vanilla", "fast": "Fast-dLLM", "fast-factor": "Fast-dLLM (factor)",
+                             "dico": "DiCo", "topk": "Top-4 per step"}[old.method], path.name
+    data["settings"]["threshold"], data["method"] = 0.7, "fast"
+    data["settings"] = {k: v for k, v in data["settings"].items() if k in dico.FastSettings.__dataclass_fields__}
+    assert Trace.from_dict(data).label == "Fast-dLLM 0.7"
+    data["label"] = 3
+    with pytest.raises(dico.TraceError, match="trace.label: must be a string"):
+        Trace.from_dict(data)
+
+
+def test_figures_and_tables_name_lanes_by_label_and_colour_a_methods_second_lane_apart():
+    import visuals
+    from visuals._common import METHOD_COLORS, run_name
+
+    fast = Trace.load(GOLDEN / "word0-fast-non-ar.json")
+    eager = copy.deepcopy(fast)
+    eager.label = "Fast-dLLM 0.7"
+    vanilla = Trace.load(GOLDEN / "word0-vanilla-non-ar.json")
+    traces = [vanilla, fast, eager]
+    assert [r["method"] for r in visuals.comparison_table(traces)] == ["Vanilla", "Fast-dLLM", "Fast-dLLM 0.7"]
+    names = {d.name for d in visuals.comparison_figure(traces).data}
+    assert {"Vanilla", "Fast-dLLM", "Fast-dLLM 0.7"} <= names
+    assert run_name(eager) == "Fast-dLLM 0.7" and "Fast-dLLM 0.7" in visuals.phase_figure(eager).layout.title.text
+    colors = visuals.run_colors(traces)
+    assert colors[:2] == [METHOD_COLORS["vanilla"], METHOD_COLORS["fast"]] and colors[2] not in colors[:2]
+    rows = [{"method": "vanilla", "label": "Vanilla", "mode": "non-ar", "task": "word", "accuracy": 1.0,
+             "nfe_mean": 96.0},
+            {"method": "topk", "label": "Top-4 per step", "mode": "non-ar", "task": "word", "accuracy": 0.5,
+             "nfe_mean": 24.0},
+            {"method": "topk", "label": "Top-8 per step", "mode": "non-ar", "task": "word", "accuracy": 0.2,
+             "nfe_mean": 12.0}]
+    figure = visuals.accuracy_nfe_figure(rows)
+    named = {d.name: d.marker.color for d in figure.data if d.showlegend}
+    assert set(named) == {"Vanilla (non-ar)", "Top-4 per step (non-ar)", "Top-8 per step (non-ar)"}
+    assert named["Top-4 per step (non-ar)"] != named["Top-8 per step (non-ar)"]
+    assert visuals.method_id("Top-4 per step") == "topk"
+
+
+def test_the_benchmark_takes_top_k_and_vanilla_steps_rows_beside_its_reference(predictor):
+    from dico.bench.benchmark import TABLE, run
+
+    configs = [("Vanilla, 8 steps", "vanilla", {"steps": 8}), ("Top-4 per step", "topk", {"k": 4})]
+    rows = run(predictor, configs, ("word",), ("non-ar",), 2, lengths=((16, 8),), batch_size=2, progress=False)
+    assert [r["label"] for r in rows] == [TABLE[0][0], "Vanilla, 8 steps", "Top-4 per step"]
+    assert [r["nfe_mean"] for r in rows] == [16.0, 8.0, 4.0] and rows[2]["speedup_nfe"] == 4.0
+    with pytest.raises(ValueError, match="label 'x' names two configs"):
+        run(predictor, [("x", "topk", {}), ("x", "fast", {})], ("word",), ("non-ar",), 1, lengths=((16, 8),),
+            progress=False)
