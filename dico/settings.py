@@ -291,6 +291,16 @@ ABLATIONS = {
                 "DiCo (authors' code) + divide_shortcut": {"authors_code": True, "divide_shortcut": True}},
 }
 
+# The frontier's DiCo points (python -m dico.bench frontier), from speed to care: more seeds per Divide step, a lower
+# cluster bar, Finalize margin and shortcut commit more per pass; fewer seeds and higher bars wait for surer tokens.
+DICO_FRONTIER = {
+    "DiCo bold": {"seeds": 16, "tau2": 0.4, "tau3": 1.5, "shortcut": 0.9},
+    "DiCo quick": {"seeds": 8, "tau3": 2.0, "shortcut": 0.95},
+    "DiCo (paper)": {},
+    "DiCo careful": {"seeds": 2, "tau3": 5.0, "shortcut": 0.99},
+    "DiCo most careful": {"seeds": 1, "tau2": 0.8, "tau3": 8.0, "shortcut": 0.999},
+}
+
 
 def settings_for(method: str, values: dict | None = None) -> Settings:
     """The checked settings of ``method`` from a plain dict (the app's and the CLI's one hand-over)."""
