@@ -65,7 +65,7 @@ def fixed_rows() -> list[dict]:
     for task in ("word", "pick"):
         for mode in ("non-ar", "semi-ar"):
             for sweep_name, method, values in (("Top-k per step", "vanilla", (1, 2, 4)), ("Fast-dLLM threshold", "fast",
-                                               (0.5, 0.9)), ("DiCo", "dico", ("bold", "(paper)"))):
+                                               (0.5, 0.9)), ("DiCo", "dico", (0.3, 0.6))):
                 for i, value in enumerate(values):
                     acc = 0.9 - 0.2 * i
                     rows.append(dict(method=method, label=f"{sweep_name} {value}", sweep=sweep_name, knob="k",

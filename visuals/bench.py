@@ -102,7 +102,7 @@ def _panel_grid(modes: list[str], tasks: list[str], gap: float = 0.05) -> dict:
 def frontier_figure(rows: list[dict]) -> go.Figure:
     """The speed-accuracy frontier (``python -m dico.bench frontier`` rows): accuracy against mean forward passes,
     one line per method through its knob's values (naive top-k: the paper's Figure 1; Fast-dLLM's threshold sweep;
-    its factor; DiCo from bold to careful), error bars the 95% intervals; a panel per task and mode. Up and to the
+    its factor; DiCo's cluster bar), error bars the 95% intervals; a panel per task and mode. Up and to the
     left is better."""
     title = "Speed against accuracy, each method's knob turned"
     if not rows:

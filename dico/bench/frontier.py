@@ -6,7 +6,7 @@ family and mode, and accuracy (95% interval) read against forward passes.
     python -m visuals.export assets/bench/frontier.json assets/bench/frontier.png    # the figure, README's image
 
 Naive top-k (k tokens a step by confidence: the paper's Figure 1, Observation I) beside Fast-dLLM's threshold and
-factor and DiCo from bold to careful (``dico.settings.DICO_FRONTIER``): the paper's Figure 1 and Fast-dLLM's
+factor and DiCo's cluster bar (``dico.settings.DICO_KNOB``): the paper's Figure 1 and Fast-dLLM's
 threshold sweep in one picture. One token a step is the reference: speed-ups are against it, on the same items in
 the same run.
 """
@@ -20,7 +20,7 @@ from dico.bench.benchmark import (FULL_ITEMS, QUICK_ITEMS, Cell, _families, _ite
                                   machine, training_step)
 from dico.bench.tables import frontier_markdown
 from dico.embedded import tasks
-from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, DICO_FRONTIER, MODES, SEMI_AR
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, DICO_KNOB, MODES, SEMI_AR
 
 TOPK = (1, 2, 4, 8, 16)
 THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
@@ -47,13 +47,13 @@ class Point:
 
 def sweep(gen_length: int = DEFAULT_GEN_LENGTH) -> list[Point]:
     """Every point, each line in its knob's order; the first (one token a step) is the reference."""
+    knob, values = DICO_KNOB
     return ([Point("Top-k per step", "k", k, f"Top-{k} per step", *naive_topk(k, gen_length)) for k in TOPK]
             + [Point("Fast-dLLM threshold", "threshold", t, f"Fast-dLLM {t:g}", "fast", {"threshold": t})
                for t in THRESHOLDS]
             + [Point("Fast-dLLM factor", "factor", f, f"Fast-dLLM factor {f:g}", "fast-factor", {"factor": f})
                for f in FACTORS]
-            + [Point("DiCo", "care", label.removeprefix("DiCo "), label, "dico", settings)
-               for label, settings in DICO_FRONTIER.items()])
+            + [Point("DiCo", knob, v, f"DiCo {knob} {v:g}", "dico", {knob: v}) for v in values])
 
 
 def frontier(predictor, families, modes, n_items: int, gen_length: int = DEFAULT_GEN_LENGTH, batch_size: int = 8,
