@@ -301,6 +301,11 @@ ABLATIONS = {
                 "DiCo (authors' code) + divide_shortcut": {"authors_code": True, "divide_shortcut": True}},
 }
 
+# DiCo's main knob on the frontier (python -m dico.bench frontier): tau2, the cluster confidence that ends Divide and
+# stops Conquer; low commits more per pass, high waits for surer clusters. On the embedded model it moved passes most
+# (word, 10 items, gen 96 semi-AR: 14.8 at 0.3, 21.7 at 0.6, 28.2 at 0.9), seeds, tau3 and the shortcut by 1.5 at most.
+DICO_KNOB = ("tau2", (0.3, 0.45, 0.6, 0.75, 0.9))
+
 
 def settings_for(method: str, values: dict | None = None) -> Settings:
     """The checked settings of ``method`` from a plain dict (the app's and the CLI's one hand-over)."""

@@ -27,6 +27,8 @@ log = logging.getLogger("dico_ui")
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "assets" / "examples.json"
 BENCH_TABLE = ROOT / "assets" / "bench" / "table1.json"
+FRONTIER = ROOT / "assets" / "bench" / "frontier.json"
+FRONTIER_COMMAND = "python -m dico.bench frontier --json assets/bench/frontier.json --markdown assets/bench/frontier.md"
 # Plots drawn while their tab was hidden keep plotly's default width; a tab switch sends a resize.
 RESIZE_PLOTS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 50); }"
 THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate",
@@ -84,6 +86,24 @@ def benchmark_view(path: Path = BENCH_TABLE) -> tuple:
         markdown(rows, str(run.get("title", "benchmark"))) + f"\n\nRegenerate with "
         f"`{run.get('command', 'python -m dico.bench')}`.{measured} The embedded model is small: its accuracy is its "
         "own, not the paper's.")
+
+
+def frontier_view(path: Path = FRONTIER) -> tuple:
+    """The shipped speed-accuracy frontier (``python -m dico.bench frontier``) as a figure and a note on how it was
+    made; a notice saying how to make it if none is shipped."""
+    from dico.bench.tables import FRONTIER_FIELDS, read_results
+    try:
+        rows, run = read_results(path, FRONTIER_FIELDS)
+    except (OSError, ValueError) as exc:
+        log.warning("no frontier to show: %s", exc)
+        return visuals.frontier_figure([]), ("No speed-accuracy frontier is shipped with this copy: "
+                                             f"`{FRONTIER_COMMAND}` makes it.")
+    measured = (f" It ran in {run['seconds'] / 60:.1f} minutes on {run['machine']}."
+                if "seconds" in run and "machine" in run else "")
+    return visuals.frontier_figure(rows), (
+        f"{run.get('title', 'Speed-accuracy frontier')}, {max(r['n'] for r in rows)} held-out items per task and mode; "
+        f"model {run.get('model', '?')}. Regenerate with `{run.get('command', FRONTIER_COMMAND)}`.{measured} Top-k per "
+        "step commits the k most confident masked positions each pass, whether or not they fit together.")
 
 
 def stamp(trigger):
@@ -173,6 +193,9 @@ def build_demo() -> gr.Blocks:
                 bench_figure, bench_table = benchmark_view()
                 gr.Plot(bench_figure, show_label=False, elem_id="bench-plot")
                 gr.Markdown(bench_table, elem_id="bench-table")
+                frontier_figure, frontier_note = frontier_view()
+                gr.Plot(frontier_figure, show_label=False, elem_id="frontier-plot")
+                gr.Markdown(frontier_note, elem_id="frontier-note")
             with gr.Tab("About", id="about-tab"):
                 about = gr.Markdown(about_text([]), elem_id="about")
         # The API's inputs: plain values the handler checks itself (a choice component would reject a bad value

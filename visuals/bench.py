@@ -17,6 +17,13 @@ def row_label(row: dict) -> str:
     return method_name(row["method"]) if method_id(row["method"]) == row["method"] else str(row["method"])
 
 
+def _check(rows: list[dict], required: tuple) -> None:
+    for i, row in enumerate(rows):
+        missing = [k for k in required if k not in row]
+        if missing:
+            raise ValueError(f"rows[{i}]: missing {', '.join(missing)}")
+
+
 def accuracy_nfe_figure(rows: list[dict]) -> go.Figure:
     """Accuracy against mean forward passes, one panel per task; up and to the left is better.
 
@@ -27,10 +34,7 @@ def accuracy_nfe_figure(rows: list[dict]) -> go.Figure:
     """
     if not rows:
         return notice("No benchmark results yet.", "Accuracy against forward passes")
-    for i, row in enumerate(rows):
-        missing = [k for k in REQUIRED if k not in row]
-        if missing:
-            raise ValueError(f"rows[{i}]: missing {', '.join(missing)}")
+    _check(rows, REQUIRED)
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     lanes = list(dict.fromkeys((r["method"], row_label(r)) for r in rows))
     colors = dict(zip((label for _, label in lanes), lane_colors(lanes)))
@@ -69,3 +73,69 @@ def accuracy_nfe_figure(rows: list[dict]) -> go.Figure:
                                f"square = semi-AR). Up and to the left is better.{answer_note}"),
         yaxis=dict(title="accuracy", tickformat=".0%", range=[0, 1.02]), template=TEMPLATE, height=560,
         margin=dict(t=130, b=150), legend=LEGEND_BELOW))
+
+
+FRONTIER_REQUIRED = REQUIRED + ("sweep", "label", "accuracy_low", "accuracy_high")
+PASS_TICKS = [2 ** i for i in range(11)]      # the passes of top-k at gen 2**n, k a power of two
+LINE_SYMBOLS = ("circle", "diamond", "square", "triangle-up", "x", "star")
+
+
+def _panel_grid(modes: list[str], tasks: list[str], gap: float = 0.05) -> dict:
+    """Layout of a panel per (mode, task): modes down, tasks across; panel i = row * len(tasks) + column has axes
+    ``axis_ids(i, shared_y=False)``, titled '<task> · <mode>'."""
+    width = (1 - gap * (len(tasks) - 1)) / len(tasks)
+    height = (1 - 2 * gap * (len(modes) - 1)) / len(modes)
+    layout: dict = {"annotations": []}
+    for r, mode in enumerate(modes):
+        top = 1 - r * (height + 2 * gap)
+        for c, task in enumerate(tasks):
+            i, left = r * len(tasks) + c, c * (width + gap)
+            suffix = i + 1 if i else ""
+            layout[f"xaxis{suffix}"] = dict(domain=[left, left + width], anchor=f"y{suffix}", type="log",
+                                            tickvals=PASS_TICKS, title="forward passes" if r == len(modes) - 1
+                                            else None)
+            layout[f"yaxis{suffix}"] = dict(domain=[max(0.0, top - height), top], anchor=f"x{suffix}",
+                                            range=[-0.03, 1.04], tickformat=".0%", title="accuracy" if c == 0 else None)
+            layout["annotations"].append(dict(text=f"{task} · {mode}", x=left + width / 2, y=top, xref="paper",
+                                              yref="paper", xanchor="center", yanchor="bottom", showarrow=False))
+    return layout
+
+
+def frontier_figure(rows: list[dict]) -> go.Figure:
+    """The speed-accuracy frontier (``python -m dico.bench frontier`` rows): accuracy against mean forward passes,
+    one line per method through its knob's values (naive top-k: the paper's Figure 1; Fast-dLLM's threshold sweep;
+    its factor; DiCo's cluster bar), error bars the 95% intervals; a panel per task and mode. Up and to the
+    left is better."""
+    title = "Speed against accuracy, each method's knob turned"
+    if not rows:
+        return notice("No frontier results yet: python -m dico.bench frontier writes them.", title)
+    _check(rows, FRONTIER_REQUIRED)
+    modes = sorted(dict.fromkeys(r["mode"] for r in rows), key=lambda m: (m not in MODE_SYMBOLS, m))
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    lines = list(dict.fromkeys(r["sweep"] for r in rows))
+    methods = list(dict.fromkeys(method_id(r["method"]) for r in rows))
+    layout, data = _panel_grid(modes, tasks), []
+    for n, line in enumerate(lines):
+        for i, (mode, task) in enumerate((m, t) for m in modes for t in tasks):
+            sel = [r for r in rows if (r["sweep"], r["mode"], r["task"]) == (line, mode, task)]
+            if not sel:
+                continue
+            method = method_id(sel[0]["method"])
+            color = method_color(method, methods.index(method))
+            data.append(dict(
+                type="scatter", x=[r["nfe_mean"] for r in sel], y=[r["accuracy"] for r in sel], mode="lines+markers",
+                name=line, legendgroup=line, showlegend=not any(d["name"] == line for d in data), meta=method,
+                **axis_ids(i, shared_y=False), line=dict(color=color, width=2),
+                marker=dict(size=9, color=color, symbol=LINE_SYMBOLS[n % len(LINE_SYMBOLS)],
+                            line=dict(color="white", width=1)),
+                error_y=dict(type="data", symmetric=False, array=[r["accuracy_high"] - r["accuracy"] for r in sel],
+                             arrayminus=[r["accuracy"] - r["accuracy_low"] for r in sel], color=color, thickness=1,
+                             width=3),
+                customdata=[[r["label"], r["n"], r["accuracy_low"], r["accuracy_high"]] for r in sel],
+                hovertemplate=f"%{{customdata[0]}}<br>{task} · {mode}<br>accuracy %{{y:.1%}} (95%: "
+                              "%{customdata[2]:.0%}-%{customdata[3]:.0%}, n = %{customdata[1]})<br>mean NFE %{x:.1f}"
+                              "<extra></extra>"))
+    return go.Figure(data, dict(
+        layout, title=subtitle(title, "Each line runs through one knob's values; bars: 95% intervals. Passes on a log "
+                               "scale; up and to the left is better."),
+        template=TEMPLATE, height=200 + 300 * len(modes), margin=dict(t=130, b=120), legend=LEGEND_BELOW))

@@ -10,6 +10,7 @@
     python -m dico.bench throughput           # tokens/s at batch 1, 8 and 32 on the same items, side by side
     python -m dico.bench speed                # selection time per step against the forward pass, gen_length 256
     python -m dico.bench cache                # tokens/s, token forwards and accuracy with and without each KV cache
+    python -m dico.bench frontier             # accuracy against passes as each method's main knob turns (frontier.py)
     python -m dico.bench readme               # rewrite README's benchmark block from assets/bench
 
 Every speed-up is measured against Vanilla in the same run, on the same items and at the same batch size
@@ -82,8 +83,6 @@ def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batc
     """Decode every item with every config (Vanilla first, as the reference) and return one row per cell."""
     from tqdm import tqdm
 
-    from dico.batch import decode_batch, drain
-
     # Vanilla one token a step is every part's reference, decoded once; other Vanilla rows (LLaDA's steps) and
     # naive top-k rows are configs like any other
     configs = [TABLE[0]] + [c for c in configs if c[0] != TABLE[0][0]]
@@ -95,20 +94,28 @@ def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batc
              for family in families for gen, block in lengths for mode in modes for label, method, settings in configs]
     bar = tqdm(total=len(cells) * n_items, desc="bench", unit="decode", disable=not progress, dynamic_ncols=True)
     for cell in cells:
-        bar.set_postfix_str(f"{cell.task} {cell.gen_length} {cell.mode} {cell.label}", refresh=True)
-        start = time.perf_counter()
-        runs = decode_batch(predictor, [item.prompt for item in items[cell.task]], cell.method, batch_size=batch_size,
-                            mode=cell.mode, gen_length=cell.gen_length, block_length=cell.block_length,
-                            settings=cell.settings)
-        traces = drain(runs, lambda: bar.update(1))
-        cell.wall = time.perf_counter() - start
-        cell.n = len(traces)
-        cell.correct = sum(tasks.check(item, trace.text) for item, trace in zip(items[cell.task], traces))
-        cell.nfe = sum(trace.nfe for trace in traces)
-        cell.answer_nfe = sum(trace.answer_nfe for trace in traces)
+        decode_cell(predictor, cell, items[cell.task], batch_size, bar)
     bar.close()
     ref = {(c.task, c.gen_length, c.mode): c for c in cells if c.label == TABLE[0][0]}
     return [_row(c, ref[(c.task, c.gen_length, c.mode)], batch_size) for c in cells]
+
+
+def decode_cell(predictor, cell: Cell, items, batch_size: int, bar) -> None:
+    """Decode ``items`` with the cell's config as one batched run and fill in its counts; ``bar`` (tqdm) ticks
+    once per decoded item."""
+    from dico.batch import decode_batch, drain
+
+    bar.set_postfix_str(f"{cell.task} {cell.gen_length} {cell.mode} {cell.label}", refresh=True)
+    start = time.perf_counter()
+    runs = decode_batch(predictor, [item.prompt for item in items], cell.method, batch_size=batch_size,
+                        mode=cell.mode, gen_length=cell.gen_length, block_length=cell.block_length,
+                        settings=cell.settings)
+    traces = drain(runs, lambda: bar.update(1))
+    cell.wall = time.perf_counter() - start
+    cell.n = len(traces)
+    cell.correct = sum(tasks.check(item, trace.text) for item, trace in zip(items, traces))
+    cell.nfe = sum(trace.nfe for trace in traces)
+    cell.answer_nfe = sum(trace.answer_nfe for trace in traces)
 
 
 def run_parallel(model, configs, families, modes, n_items: int, lengths=LENGTHS, batch_size: int = BATCH_SIZE,
@@ -228,6 +235,21 @@ def machine() -> str:
             f", {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
 
 
+def _families(text: str) -> tuple[str, ...]:
+    families = tuple(f for f in text.split(",") if f)
+    unknown = [f for f in families if f not in tasks.FAMILIES]
+    if unknown or not families:
+        raise ValueError(f"families: unknown family {(unknown or [text])[0]!r}; choose from "
+                         f"{', '.join(tasks.FAMILIES)}")
+    return families
+
+
+def _items(n_items: int) -> int:
+    if not 1 <= n_items <= tasks.TEST_SIZE:
+        raise ValueError(f"items: must be in 1..{tasks.TEST_SIZE}, got {n_items}")
+    return n_items
+
+
 def _lengths(text: str) -> tuple[tuple[int, int], ...]:
     try:
         pairs = tuple(tuple(int(v) for v in part.split("/")) for part in text.split(",") if part)
@@ -243,13 +265,15 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("what", nargs="*", default=[],
-                        help=f"'ablation {'|'.join(ABLATIONS)}', 'throughput', 'speed', 'cache', 'readme', or "
-                        "nothing for Table 1")
+                        help=f"'ablation {'|'.join(ABLATIONS)}', 'throughput', 'speed', 'cache', 'frontier', "
+                        "'readme', or nothing for Table 1")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_ITEMS} items per family, gen 96/32 only")
     parser.add_argument("--items", type=int, default=None, help=f"items per task family (default {FULL_ITEMS})")
     parser.add_argument("--model", default=None, help="hub id or folder (default: the embedded model)")
     parser.add_argument("--lengths", default=None, help="gen/block pairs decoded side by side "
                         f"(default {','.join(f'{g}/{b}' for g, b in LENGTHS)}; ablations: the first)")
+    parser.add_argument("--gen", type=int, default=None, help="frontier only: answer length (default 96; semi-AR "
+                        "in blocks of 32)")
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="prompts per forward pass "
                         f"(default {BATCH_SIZE}); decodes are identical at every batch size")
     parser.add_argument("--jobs", type=int, default=1, help="processes decoding (family, length, mode) parts side by "
@@ -282,31 +306,31 @@ def main(argv=None) -> int:
     if args.what == ["cache"]:
         from dico.bench.cache import cache_main
         return cache_main(args, argv)
+    if args.what == ["frontier"]:
+        from dico.bench.frontier import frontier_main
+        return frontier_main(args, argv)
     known = args.what in ([], ["throughput"]) or (len(args.what) == 2 and args.what[0] == "ablation"
                                                   and args.what[1] in ABLATIONS)
-    if not known:
-        print(f"error: what: expected nothing, 'throughput' or 'ablation {{{','.join(ABLATIONS)}}}', got "
-              f"{' '.join(args.what)!r}", file=sys.stderr)
+    if not known or args.gen is not None:
+        print(f"error: what: expected nothing, 'throughput', 'frontier' or 'ablation {{{','.join(ABLATIONS)}}}', got "
+              f"{' '.join(args.what)!r}" if not known else "error: gen: only the frontier takes --gen (Table 1 and "
+              "the ablations take --lengths)", file=sys.stderr)
         return 2
     n_items = args.items or (QUICK_ITEMS if args.quick else FULL_ITEMS)
-    families = tuple(f for f in args.families.split(",") if f)
     modes = tuple(m for m in args.modes.split(",") if m)
     if args.what[:1] == ["ablation"]:
         name = args.what[1]
         configs, (families, modes) = [(label, "dico", s) for label, s in ABLATIONS[name].items()], ABLATION_SCOPE[name]
         title, default_lengths = f"Ablation: {name}", LENGTHS[:1]
     else:
-        configs, title = TABLE, "Table 1 (small scale)"
+        configs, title, families = TABLE, "Table 1 (small scale)", None
         default_lengths = LENGTHS[:1] if args.quick else LENGTHS
     try:
         lengths = _lengths(args.lengths) if args.lengths else default_lengths
-        if not 1 <= n_items <= tasks.TEST_SIZE:
-            raise ValueError(f"items: must be in 1..{tasks.TEST_SIZE}, got {n_items}")
+        _items(n_items)
         if args.batch_size < 1 or args.jobs < 1:
             raise ValueError(f"batch_size, jobs: must be >= 1, got {args.batch_size}, {args.jobs}")
-        for family in families:
-            if family not in tasks.FAMILIES:
-                raise ValueError(f"families: unknown family {family!r}; choose from {', '.join(tasks.FAMILIES)}")
+        families = families or _families(args.families)
         from dico.models import EMBEDDED_NAME, load_model
         parallel = args.jobs > 1 and args.what != ["throughput"]     # the worker processes load their own model
         predictor = None if parallel else load_model(args.model, attention=False)

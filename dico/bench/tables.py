@@ -10,6 +10,7 @@ from dico.settings import METHOD_LABELS, MODES
 
 ROW_FIELDS = ("method", "label", "mode", "task", "n", "accuracy", "nfe_mean", "tokens_per_s", "speedup_nfe",
               "speedup_wall")
+FRONTIER_FIELDS = ROW_FIELDS + ("sweep", "knob", "value", "accuracy_low", "accuracy_high", "answer_nfe_mean")
 THROUGHPUT_FIELDS = ("method", "label", "batch_size", "n", "tokens_per_s", "speedup_batch")
 
 
@@ -72,6 +73,24 @@ def markdown(rows, title: str) -> str:
     return "\n".join(lines)
 
 
+def _accuracy(row: dict) -> str:
+    return f"{100 * row['accuracy']:.1f}% ({100 * row['accuracy_low']:.0f}-{100 * row['accuracy_high']:.0f})"
+
+
+def frontier_markdown(rows, title: str) -> str:
+    """The frontier as one table: a row per task, mode and point, each line's points in its knob's order."""
+    lines = [f"**{title}**", "", "| Task | mode | line | setting | accuracy (95% CI) | NFE | answer NFE |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['task']} | {r['mode']} | {r['sweep']} | {r['knob']} = {r['value']} | {_accuracy(r)} | "
+                     f"{_x(r['nfe_mean'], r['speedup_nfe'])} | {_x(r['answer_nfe_mean'], r['speedup_answer_nfe'])} |")
+    lines += ["", f"n = {max(r['n'] for r in rows)} held-out items per task; 95% Wilson interval in brackets; NFE = "
+                  "forward passes (mean), answer NFE = passes until the last answer token was committed; (x) against "
+                  "one token a step on the same items. Top-k per step commits the k most confident masked positions "
+                  "each pass (LLaDA's Vanilla with steps = gen / k)."]
+    return "\n".join(lines)
+
+
 def throughput_markdown(rows) -> str:
     batches = list(dict.fromkeys(r["batch_size"] for r in rows))
     lines = ["**Throughput by batch size**", "",
@@ -86,8 +105,8 @@ def throughput_markdown(rows) -> str:
     return "\n".join(lines)
 
 
-README_RESULTS = ("table1", "table1_256", "throughput", "ablation_tg", "ablation_margin", "ablation_seeds", "ablation_conquer",
-                  "ablation_authors")
+README_RESULTS = ("table1", "table1_256", "frontier", "throughput", "ablation_tg", "ablation_margin", "ablation_seeds",
+                  "ablation_conquer", "ablation_authors")
 README_MARKERS = ("<!-- bench:start -->", "<!-- bench:end -->")
 
 
@@ -99,6 +118,10 @@ def readme_section(folder) -> str:
             continue
         _, run = read_results(Path(folder) / f"{name}.json", THROUGHPUT_FIELDS if name == "throughput" else ROW_FIELDS)
         table = (Path(folder) / f"{name}.md").read_text().strip()
+        image = next((f for f in (f"{name}.png", f"{name}.html") if (Path(folder) / f).exists()), None)
+        if image:           # a figure drawn from the same rows (python -m visuals.export)
+            table = (f"![{run['title']}](assets/bench/{image})\n\n" if image.endswith(".png") else
+                     f"[{run['title']}: the figure](assets/bench/{image}) (HTML, opens in a browser)\n\n") + table
         weights = f"; {run['model']} at training step {run['model_step']:,}" if run.get("model_step") else ""
         parts.append(f"{table}\n\n`{run['command']}` ({run['seconds'] / 60:.1f} min on {run['machine']}{weights})")
     return "\n\n".join(parts)

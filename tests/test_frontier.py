@@ -1,0 +1,131 @@
+"""The speed-accuracy frontier (issue 26): each method's main knob swept per family and mode, rows that carry their
+line, knob and value beside Table 1's fields, a figure drawn from the rows alone, and clear refusals."""
+import json
+from pathlib import Path
+
+import pytest
+
+from dico.bench.benchmark import wilson
+from dico.bench.frontier import TOPK, naive_topk, sweep
+from dico.bench.tables import FRONTIER_FIELDS, read_results, readme_section
+from dico.settings import METHODS, settings_for
+from tests.test_bench import bench
+
+
+def test_each_line_turns_one_knob_and_one_token_a_step_comes_first():
+    points = sweep(96)
+    assert [p.value for p in points if p.sweep == "Top-k per step"] == list(TOPK) and points[0].value == 1
+    assert [p.settings["steps"] for p in points if p.knob == "k"] == [96, 48, 24, 12, 6]   # LLaDA's steps = gen / k
+    assert naive_topk(4, 96) == ("vanilla", {"steps": 24})
+    thresholds = [p.value for p in points if p.sweep == "Fast-dLLM threshold"]
+    assert min(thresholds) == 0.5 and max(thresholds) == 0.99 and len(thresholds) >= 4
+    assert len({p.value for p in points if p.sweep == "Fast-dLLM factor"}) >= 3
+    assert len([p for p in points if p.method == "dico"]) >= 3
+    assert len({p.label for p in points}) == len(points)
+    for p in points:                                   # every point is a config the library accepts
+        assert p.method in METHODS and settings_for(p.method, p.settings)
+
+
+def test_a_tiny_real_sweep_writes_rows_json_and_markdown(tmp_path):
+    out, md = tmp_path / "frontier.json", tmp_path / "frontier.md"
+    result = bench("frontier", "--items", "2", "--families", "word", "--gen", "32", "--model", "assets/dico-tiny",
+                   "--json", str(out), "--markdown", str(md), "--no-progress")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows, run = read_results(out, FRONTIER_FIELDS)
+    assert (run["gen_length"], run["block_length"]) == (32, 32) and run["command"].startswith("python -m dico.bench")
+    points = sweep(32)
+    assert [(r["label"], r["mode"]) for r in rows] == [(p.label, m) for m in ("non-ar", "semi-ar") for p in points]
+    for r in rows:
+        assert (r["task"], r["n"], r["gen_length"]) == ("word", 2, 32)
+        assert r["block_length"] == (32 if r["mode"] == "semi-ar" else None)
+        assert (r["accuracy_low"], r["accuracy_high"]) == tuple(round(v, 4) for v in wilson(r["correct"], 2))
+        assert 1 <= r["answer_nfe_mean"] <= r["nfe_mean"] <= 32
+        if r["knob"] == "k":                           # naive top-k: exactly gen / k passes
+            assert r["nfe_mean"] == 32 / r["value"] and r["speedup_nfe"] == r["value"]
+    assert "| word | semi-ar | Top-k per step | k = 4 |" in md.read_text()
+
+
+@pytest.mark.parametrize("args, says", [
+    (("frontier", "--gen", "40"), "gen: must be a positive multiple of 16"),
+    (("frontier", "--gen", "48"), "semi-AR decodes in blocks of 32"),
+    (("frontier", "--families", "word,colour"), "families: unknown family 'colour'"),
+    (("frontier", "--modes", "ar"), "modes: unknown mode 'ar'"),
+    (("frontier", "--items", "100000"), "items: must be in"),
+    (("frontier", "--lengths", "96/32"), "the frontier takes --gen"),
+    (("frontier", "--jobs", "2"), "one process"),
+    (("--gen", "96"), "only the frontier takes --gen"),
+])
+def test_bad_frontier_options_are_refused_with_a_message(args, says):
+    result = bench(*args, timeout=120)
+    assert result.returncode == 2 and says in result.stderr and "Traceback" not in result.stderr
+
+
+def fixed_rows() -> list[dict]:
+    rows = []
+    for task in ("word", "pick"):
+        for mode in ("non-ar", "semi-ar"):
+            for sweep_name, method, values in (("Top-k per step", "vanilla", (1, 2, 4)), ("Fast-dLLM threshold", "fast",
+                                               (0.5, 0.9)), ("DiCo", "dico", (0.3, 0.6))):
+                for i, value in enumerate(values):
+                    acc = 0.9 - 0.2 * i
+                    rows.append(dict(method=method, label=f"{sweep_name} {value}", sweep=sweep_name, knob="k",
+                                     value=value, task=task, mode=mode, n=10, accuracy=acc, accuracy_low=acc - 0.2,
+                                     accuracy_high=min(1.0, acc + 0.1), nfe_mean=96 / (i + 1), answer_nfe_mean=40.0))
+    return rows
+
+
+def test_the_frontier_figure_draws_a_line_per_method_and_panel_with_intervals():
+    from visuals import frontier_figure
+
+    rows = fixed_rows()
+    fig = frontier_figure(rows)
+    assert len(fig.data) == 3 * 4                           # a line per method in each task x mode panel
+    assert [d.name for d in fig.data if d.showlegend] == ["Top-k per step", "Fast-dLLM threshold", "DiCo"]
+    assert {(d.xaxis, d.yaxis) for d in fig.data} == {("x", "y"), ("x2", "y2"), ("x3", "y3"), ("x4", "y4")}
+    first = fig.data[0]
+    assert list(first.x) == [96, 48, 32] and list(first.y) == pytest.approx([0.9, 0.7, 0.5])
+    assert list(first.error_y.array) == pytest.approx([0.1, 0.1, 0.1])
+    assert list(first.error_y.arrayminus) == pytest.approx([0.2, 0.2, 0.2])
+    assert fig.layout.xaxis.type == "log" and list(fig.layout.yaxis.range) == [-0.03, 1.04]
+    assert {a.text for a in fig.layout.annotations} >= {"word · non-ar", "word · semi-ar", "pick · non-ar"}
+    with pytest.raises(ValueError, match=r"rows\[0\]: missing sweep"):
+        frontier_figure([{k: v for k, v in rows[0].items() if k != "sweep"}])
+    assert "No frontier results yet" in frontier_figure([]).layout.annotations[0].text
+
+
+def test_the_app_shows_the_shipped_frontier_or_says_how_to_make_it(tmp_path):
+    from dico_ui.layout import frontier_view
+
+    fig, note = frontier_view(tmp_path / "missing.json")
+    assert "No speed-accuracy frontier is shipped" in note and "python -m dico.bench frontier" in note
+    path = tmp_path / "frontier.json"
+    path.write_text(json.dumps({"title": "Speed-accuracy frontier: gen 96", "model": "m", "command": "c", "seconds": 60,
+                                "machine": "here", "rows": [dict(r, tokens_per_s=1.0, speedup_nfe=1.0, speedup_wall=1.0)
+                                                            for r in fixed_rows()]}))
+    fig, note = frontier_view(path)
+    assert len(fig.data) == 12 and "Regenerate with `c`" in note and "10 held-out items" in note
+
+
+def test_readme_shows_the_frontier_with_its_image_once_shipped(tmp_path):
+    rows = [dict(r, tokens_per_s=1.0, speedup_nfe=1.0, speedup_wall=1.0) for r in fixed_rows()]
+    (tmp_path / "frontier.json").write_text(json.dumps({"title": "Frontier", "command": "python -m dico.bench frontier",
+                                                        "seconds": 60, "machine": "here", "rows": rows}))
+    (tmp_path / "frontier.md").write_text("**Frontier**\n")
+    assert readme_section(tmp_path).startswith("**Frontier**")
+    (tmp_path / "frontier.png").write_bytes(b"")
+    assert readme_section(tmp_path).startswith("![Frontier](assets/bench/frontier.png)\n\n**Frontier**")
+
+
+def test_the_figure_exports_as_html_and_as_a_png_without_kaleido(tmp_path):
+    from visuals import frontier_figure
+    from visuals.export import CHROMIUM, main, save
+
+    fig = frontier_figure(fixed_rows())
+    assert save(fig, tmp_path / "f.html") == "html" and "plotly" in (tmp_path / "f.html").read_text()
+    with pytest.raises(ValueError, match=r"out: write \.png, \.svg, \.pdf or \.html"):
+        save(fig, tmp_path / "f.gif")
+    (tmp_path / "rows.json").write_text(json.dumps({"rows": fixed_rows()}))
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing")
+    assert main([str(tmp_path / "rows.json"), str(tmp_path / "f.png")]) == 0
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

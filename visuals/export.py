@@ -1,0 +1,88 @@
+"""A benchmark figure to a file, for README: ``python -m visuals.export ROWS.json OUT.png`` (or ``.svg``, ``.html``).
+
+    python -m visuals.export assets/bench/frontier.json assets/bench/frontier.png     # the frontier figure
+    python -m visuals.export assets/bench/table1.json /tmp/table1.html                # Table 1's accuracy-NFE figure
+
+An image needs an engine: kaleido when it is installed (plotly's ``write_image``), else a screenshot by the system
+Chromium that the browser tests drive through Playwright (plotly.js inlined, nothing fetched; PNG only). With
+neither, ask for ``.html``. The figures stay pure functions; reading files and starting a browser happen here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from visuals.bench import accuracy_nfe_figure, frontier_figure
+
+CHROMIUM = "/usr/bin/chromium"
+WIDTH = 1200
+
+
+def rows_figure(path) -> go.Figure:
+    """The figure of a ``python -m dico.bench`` result file: the frontier for frontier rows, else accuracy-NFE."""
+    rows = json.loads(Path(path).read_text(encoding="utf-8")).get("rows") or []
+    return frontier_figure(rows) if rows and "sweep" in rows[0] else accuracy_nfe_figure(rows)
+
+
+def save(fig: go.Figure, path, width: int = WIDTH) -> str:
+    """Write ``fig`` to ``path`` by its suffix; returns the engine used ('html', 'kaleido' or 'chromium'), or raises
+    ValueError saying what is missing."""
+    path, height = Path(path), int(fig.layout.height or 600)
+    if path.suffix == ".html":
+        fig.write_html(path, include_plotlyjs="cdn", default_width=f"{width}px", default_height=f"{height}px")
+        return "html"
+    if path.suffix not in (".png", ".svg", ".pdf"):
+        raise ValueError(f"out: write .png, .svg, .pdf or .html, got {path.name!r}")
+    try:
+        import kaleido  # noqa: F401  (plotly's image engine, when installed)
+    except ImportError:
+        if path.suffix != ".png":
+            raise ValueError(f"out: {path.suffix} needs kaleido (pip install kaleido); .png or .html work without it")
+        return _screenshot(fig, path, width, height)
+    fig.write_image(path, width=width, height=height)
+    return "kaleido"
+
+
+def _screenshot(fig: go.Figure, path: Path, width: int, height: int) -> str:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise ValueError("out: a .png needs kaleido or Playwright with a Chromium; write .html instead") from None
+    if not Path(CHROMIUM).exists():
+        raise ValueError(f"out: a .png needs kaleido or {CHROMIUM} (apt-get install chromium); write .html instead")
+    html = fig.to_html(include_plotlyjs=True, config={"staticPlot": True}, default_width=f"{width}px",
+                       default_height=f"{height}px")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": width + 40, "height": height + 40}, device_scale_factor=1)
+        page.set_content(html)
+        page.wait_for_selector(".plotly-graph-div .main-svg")
+        page.locator(".plotly-graph-div").screenshot(path=str(path))
+        browser.close()
+    return "chromium"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m visuals.export", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("rows", help="a --json file of python -m dico.bench")
+    parser.add_argument("out", help="the figure's file: .png, .svg, .pdf or .html")
+    parser.add_argument("--width", type=int, default=WIDTH, help=f"pixels (default {WIDTH})")
+    args = parser.parse_args(argv)
+    try:
+        fig = rows_figure(args.rows)
+        engine = save(fig, args.out, args.width)
+    except (OSError, ValueError) as exc:          # json's decode error is a ValueError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out} ({engine})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
