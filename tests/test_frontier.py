@@ -15,8 +15,8 @@ from tests.test_bench import bench
 def test_each_line_turns_one_knob_and_one_token_a_step_comes_first():
     points = sweep(96)
     assert [p.value for p in points if p.sweep == "Top-k per step"] == list(TOPK) and points[0].value == 1
-    assert [p.settings["steps"] for p in points if p.knob == "k"] == [96, 48, 24, 12, 6]   # LLaDA's steps = gen / k
-    assert naive_topk(4, 96) == ("vanilla", {"steps": 24})
+    assert [p.settings["k"] for p in points if p.knob == "k"] == [1, 2, 4, 8, 16]
+    assert naive_topk(4, 96) == ("topk", {"k": 4})
     thresholds = [p.value for p in points if p.sweep == "Fast-dLLM threshold"]
     assert min(thresholds) == 0.5 and max(thresholds) == 0.99 and len(thresholds) >= 4
     assert len({p.value for p in points if p.sweep == "Fast-dLLM factor"}) >= 3
@@ -64,7 +64,7 @@ def fixed_rows() -> list[dict]:
     rows = []
     for task in ("word", "pick"):
         for mode in ("non-ar", "semi-ar"):
-            for sweep_name, method, values in (("Top-k per step", "vanilla", (1, 2, 4)), ("Fast-dLLM threshold", "fast",
+            for sweep_name, method, values in (("Top-k per step", "topk", (1, 2, 4)), ("Fast-dLLM threshold", "fast",
                                                (0.5, 0.9)), ("DiCo", "dico", (0.3, 0.6))):
                 for i, value in enumerate(values):
                     acc = 0.9 - 0.2 * i

@@ -28,9 +28,9 @@ FACTORS = (0.5, 1.0, 2.0, 4.0)
 
 
 def naive_topk(k: int, gen_length: int) -> tuple[str, dict]:
-    """Naive top-k as a method and its settings: Vanilla with ``steps`` = gen_length / k commits k tokens a step by
-    confidence (LLaDA's generate.py). The one line to change once the library names it: ``return "topk", {"k": k}``."""
-    return "vanilla", {"steps": gen_length // k}
+    """Naive top-k as a method and its settings: the library's ``topk`` (k most confident masked positions a step,
+    what Vanilla with ``steps`` = gen_length / k commits in LLaDA's generate.py)."""
+    return "topk", {"k": k}
 
 
 @dataclass(frozen=True)
