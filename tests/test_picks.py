@@ -84,3 +84,18 @@ def test_items_are_drawn_from_the_training_word_lists_only():
         for _ in range(200):
             item = tasks.make_item(family, rng)
             assert all(part in words for option in item.offered for part in option.split())
+
+
+@pytest.mark.parametrize("family", ("pick", "team"))
+def test_training_can_mask_one_chosen_item_whole_with_the_others_visible(family):
+    """What committing one slot at a time needs: the masked slot is an offered item not yet named."""
+    from transformers import AutoTokenizer
+
+    from dico.embedded import objective
+
+    tokenizer = AutoTokenizer.from_pretrained(tasks.WORDLISTS.parent / "dico-tiny")
+    items = tasks.make_split(family)[:8]
+    ids, _, response, extra = objective.make_batch(items, tokenizer, random.Random(0), 64, occurrence_share=1.0)
+    for row, item in enumerate(items):
+        masked = tokenizer.decode(ids[row][extra[row]]).strip()
+        assert masked in objective.chosen_items(item) and extra[row].sum() == picks.pieces(masked), item.answer

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from visuals._common import (LEGEND_BELOW, TEMPLATE, axis_ids, lane_colors, method_id, method_name, notice, panel_row,
-                             subtitle)
+from visuals._common import (LEGEND_BELOW, TEMPLATE, axis_ids, lane_colors, method_color, method_id, method_name,
+                             notice, panel_row, subtitle)
 
 MODE_SYMBOLS = {"non-ar": "circle", "semi-ar": "square"}
 REQUIRED = ("method", "mode", "task", "accuracy", "nfe_mean")

@@ -27,7 +27,8 @@ def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: f
     is easy to learn and costs compute); a ``long_share`` of batches pads far, so every position up to ``max_gen``
     is trained and any gen_length a user picks is in distribution. ``tail_share`` of the rows mask the whole answer
     and the first few end-of-text tokens after it (see ``tail_length``); of the others, ``occurrence_share``
-    also mask one number or one name/object mention with all its later mentions (see ``occurrence_positions``).
+    also mask one number or one name/object mention with all its later mentions (see ``occurrence_positions``),
+    or, in a pick or team answer, one chosen item whole (see ``chosen_items``).
     """
     import torch
 
@@ -49,10 +50,24 @@ def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: f
         if tail_share > 0 and rng.random() < tail_share:
             extra[row, len(p):len(p) + tail_length(len(a), gen, rng)] = True
         elif occurrence_share > 0 and rng.random() < occurrence_share:
-            spans = entity_spans(tokenizer, item.answer, item.entities) if item.entities else []
+            names = item.entities or chosen_items(item)
+            spans = entity_spans(tokenizer, item.answer, names) if names else []
             for i in occurrence_positions(a, spans, number, rng):
                 extra[row, len(p) + i] = True
     return ids, (ids != tokenizer.pad_token_id).long(), response, extra
+
+
+def chosen_items(item) -> tuple:
+    """The items a pick or team answer names, as mentions ``occurrence_positions`` may mask one of.
+
+    Masking one chosen item whole while the others stay visible trains what committing one slot at a time needs:
+    the masked slot is any offered item *not yet named*. Random masking rarely shows that state sharply, and
+    predicting every offered item costs only log(n / (n - 1)) a piece more than excluding the named ones: the
+    step-57,113 model, trained without this, repeated items with Vanilla ("I pick drums and drums.", 8 of 20
+    picks right)."""
+    from dico.embedded.picks import chosen
+
+    return tuple(chosen(item.family, item.answer) or ()) if item.family in ("pick", "team") else ()
 
 
 def tail_length(answer_length: int, gen: int, rng: random.Random, reach: int = 12) -> int:

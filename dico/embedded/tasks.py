@@ -304,19 +304,16 @@ def _copy_item(rng: random.Random) -> Item:
     return Item("copy", prompt, answer, listed, tuple(words))
 
 
-def _pick_item(rng: random.Random, wording: str = "free") -> Item:
-    """Pick distinct objects, any order (dico.embedded.picks); the target is one valid answer's items."""
-    prompt, answer, offered, k = pick_item(rng, OBJECTS)
-    return Item("pick", prompt, answer, answer[len("I pick "):-1], offered=offered, count=k)
+def _choice_item(family: str, rng: random.Random) -> Item:
+    """Pick distinct objects or choose full names, any order (dico.embedded.picks); the target is one valid answer's
+    items."""
+    prompt, answer, offered, k = pick_item(rng, OBJECTS) if family == "pick" else team_item(rng, NAMES, TEAM_SURNAMES)
+    return Item(family, prompt, answer, re.fullmatch(r"(?:I pick|The \w+ is) (.+)\.", answer).group(1), offered=offered,
+                count=k)
 
 
-def _team_item(rng: random.Random, wording: str = "free") -> Item:
-    """Choose full names from a list (dico.embedded.picks)."""
-    prompt, answer, offered, k = team_item(rng, NAMES, TEAM_SURNAMES)
-    return Item("team", prompt, answer, answer.split(" is ", 1)[1][:-1], offered=offered, count=k)
-
-
-_MAKERS = {"word": _word_item, "list": _list_item, "pick": _pick_item, "team": _team_item}
+_MAKERS = {"word": _word_item, "list": _list_item, "pick": lambda rng, wording="free": _choice_item("pick", rng),
+           "team": lambda rng, wording="free": _choice_item("team", rng)}
 
 
 def make_item(family: str, rng: random.Random, wording: str = "free") -> Item:
