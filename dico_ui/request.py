@@ -16,7 +16,7 @@ from dico.lanes import Lane, parse_lanes
 from dico.loop import check_inputs, check_request
 from dico.methods import make_rule
 from dico.rules import plan
-from dico.models import EMBEDDED_NAME, MaskPredictor
+from dico.models import EMBEDDED_NAME, MaskPredictor, train_log
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, NON_AR, SEMI_AR, SETTINGS, own_specs, \
     sampling_specs, settings_for, specs
 from dico_ui.limits import LIMITS
@@ -149,7 +149,7 @@ def check(req: RunRequest) -> tuple[MaskPredictor, list[str], str]:
             shown = ", ".join(f"'{w}'" for w in unknown[:12])
             warnings.append(f"prompt: the model {EMBEDDED_NAME} does not know {shown}; it reads "
                             f"{'them' if len(unknown) > 1 else 'it'} as an unknown word. It still runs.")
-        why = ([f"{len(unknown)} unknown word(s)"] if unknown else []) + scope.outside(req.prompt)
+        why = ([f"{len(unknown)} unknown word(s)"] if unknown else []) + scope.outside(req.prompt, scope.trained_families(train_log(EMBEDDED_NAME)))
         if why:
             outside = (f"This prompt lies outside what {EMBEDDED_NAME} was trained on ({'; '.join(why)}): "
                        "expect a task-shaped guess, not an answer.")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from dico.embedded.tasks import DRILL_STEP, DRILL_TOP, LIST_ITEMS, MAX_NUMBER, WORD_START
+from dico.embedded.tasks import DRILL_STEP, DRILL_TOP, FAMILIES, LIST_ITEMS, MAX_NUMBER, NUMBER_FAMILIES, WORD_START
 
 _HOW_MANY = re.compile(r"\bhow many\b", re.IGNORECASE)
 _LIST_OP = re.compile(r"\b(add|increase|subtract|take|smaller|double|twice|multiply)\b", re.IGNORECASE)
@@ -34,12 +34,22 @@ def task_shape(prompt: str) -> str | None:
     return "copy" if _COPY.search(prompt.strip()) else None
 
 
-def outside(prompt: str) -> list[str]:
+def trained_families(log: dict) -> tuple[str, ...]:
+    """The task families a model folder's train_log.json says it was trained on: its run's ``--mix``, else word
+    problems and lists (the shipped model predates pick and team)."""
+    mix = (log.get("args") or {}).get("mix")
+    return tuple(family for family, _ in mix) if mix else NUMBER_FAMILIES
+
+
+def outside(prompt: str, trained=FAMILIES) -> list[str]:
     """Why a prompt lies outside what the embedded model was trained on, in words a visitor can act on ([] when it
     has a trained shape within the trained ranges). The tokenizer has no unknown token, so the words cannot tell
     (any name is copied piece by piece): the task's shape and its numbers can. Passing does not promise an
-    answer; failing says not to read a wrong one as the decoder's fault."""
+    answer; failing says not to read a wrong one as the decoder's fault. ``trained``: the families the model
+    learned (see trained_families); a prompt of another family is outside."""
     shape = task_shape(prompt)
+    if shape in FAMILIES and shape not in trained:
+        return [f"{shape} tasks are not in its training (it learned {', '.join(trained)})"]
     if shape is None:
         return ["no word problem (a 'How many ...?' question with numbers), list task, pick or team task or copy "
                 "drill recognised"]
