@@ -58,7 +58,8 @@ def default_label(method: str, settings: Settings | dict | None = None, show_def
     for switch, preset in (cls.presets.items() if cls else ()):      # a preset's switch names what it fills
         if shown.get(switch):
             shown = {k: v for k, v in shown.items() if k not in preset or v != preset[k]}
-    rest = ", ".join(f"{k}={_text(v)}" for k, v in shown.items())
+    cache = shown.pop("cache", None)                                  # a cache reads as one: "dual cache"
+    rest = ", ".join(([f"{cache} cache"] if cache else []) + [f"{k}={_text(v)}" for k, v in shown.items()])
     return f"{text} ({rest})" if rest else text
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -56,13 +57,20 @@ def _screenshot(fig: go.Figure, path: Path, width: int, height: int) -> str:
         raise ValueError(f"out: a .png needs kaleido or {CHROMIUM} (apt-get install chromium); write .html instead")
     html = fig.to_html(include_plotlyjs=True, config={"staticPlot": True}, default_width=f"{width}px",
                        default_height=f"{height}px")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": width + 40, "height": height + 40}, device_scale_factor=1)
-        page.set_content(html)
-        page.wait_for_selector(".plotly-graph-div .main-svg")
-        page.locator(".plotly-graph-div").screenshot(path=str(path))
-        browser.close()
+
+    def shoot():
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": width + 40, "height": height + 40}, device_scale_factor=1)
+            page.set_content(html)
+            page.wait_for_selector(".plotly-graph-div .main-svg")
+            page.locator(".plotly-graph-div").screenshot(path=str(path))
+            browser.close()
+
+    # Playwright's sync API refuses a thread with a running asyncio loop (a notebook, an async test run); a
+    # thread of its own has none
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(shoot).result()
     return "chromium"
 
 
