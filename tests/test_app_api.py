@@ -75,6 +75,21 @@ def test_lanes_are_method_names_or_objects_and_two_may_share_a_method(client, ap
     assert traces[1]["nfe"] == 32 // 4
 
 
+def test_a_race_puts_a_method_beside_itself_with_a_kv_cache(client, app_module, predictor):
+    lanes = ["fast", {"method": "fast", "settings": {"cache": "dual", "cache_refresh": 1}},
+             {"method": "fast", "settings": {"cache": "dual"}}]
+    out = results(app_module, call(client, methods=lanes, mode="semi-ar"))
+    traces = json.loads(open(out["download"], encoding="utf-8").read())["traces"]
+    labels = ["Fast-dLLM", "Fast-dLLM (dual cache, cache_refresh=1)", "Fast-dLLM (dual cache)"]
+    assert [t["label"] for t in traces] == [row[0] for row in out["table"]["data"]] == labels
+    plain, exact, cached = traces
+    # refreshing every pass is no cache at all; refreshing at block starts only computes fewer positions
+    assert exact["text"] == plain["text"] and exact["token_forwards"] == plain["token_forwards"]
+    assert cached["token_forwards"] < plain["token_forwards"]
+    assert all(step["refresh"] for step in exact["steps"])
+    assert cached["steps"][0]["refresh"] and not all(step["refresh"] for step in cached["steps"])
+
+
 @pytest.mark.parametrize("methods, message", [
     (["vanilla"] * 7, r"methods: 7 lanes, at most 6"),
     (["fast", "fast"], r"methods\[1\].label: 'Fast-dLLM' is also the label of methods\[0\]"),

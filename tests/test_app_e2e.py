@@ -186,10 +186,14 @@ def test_a_second_lane_of_one_method_with_another_setting_races_under_its_label(
     page.locator("#add-lane").click()                        # a third lane, then the same method as the second
     expect(page.locator("#lane-2")).to_be_visible()
     page.locator("#lane-2-method input").click()
+    expect(page.locator("#lane-2-knob")).to_contain_text("threshold")          # the added lane is Fast-dLLM's
     page.get_by_role("option", name="Top-k per step").click()
+    # the new method's knob arrives from the server (blank, named k): type only once it has, or it blanks the 2
+    expect(page.locator("#lane-2-knob")).not_to_contain_text("threshold")
     knob = page.locator("#lane-2-knob input")
     knob.fill("2")
     knob.press("Tab")
+    expect(knob).to_have_value("2")
     page.locator("#lanes").screenshot(path=str(artifacts / "lanes.png"))
     page.locator("#run").click()
     expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
