@@ -96,17 +96,66 @@ def test_a_table_names_the_training_step_of_the_weights_it_measured(tmp_path):
     assert training_step(str(tmp_path)) == 1234
 
 
-def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items():
+def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items(tmp_path, monkeypatch):
     import dico
+    import dico.loop
     from dico.bench.cache import CACHE_SERVES, cache_bench, cache_cases, cache_markdown
+    from dico.bench.parts import Parts
 
     cases = cache_cases(((16, 8),))
     assert {(c[1], c[4]) for c in cases} == set(CACHE_SERVES) and {c[0] for c in cases} == set(METHODS)
-    rows = cache_bench(dico.load_model(attention=False), [("fast", "semi-ar", 16, 8, "dual")], ("word",), 2,
-                       progress=False)
+    predictor = dico.load_model(attention=False)
+    rows = cache_bench(predictor, [("fast", "semi-ar", 16, 8, "dual")], ("word",), 2, progress=False,
+                       parts=Parts(tmp_path, {"bench": "cache"}))
+    monkeypatch.setattr(dico.loop, "generate", lambda *a, **k: pytest.fail("a saved case was decoded again"))
+    assert cache_bench(predictor, [("fast", "semi-ar", 16, 8, "dual")], ("word",), 2, progress=False,
+                       parts=Parts(tmp_path, {"bench": "cache"})) == rows      # a rerun reads the finished case
     (r,) = rows
     assert (r["method"], r["cache"], r["n"], r["block_length"]) == ("fast", "dual", 2, 8)
     assert 0 < r["token_forwards_cache"] < r["token_forwards_none"] and 0 <= r["changed"] <= 1
     assert r["accuracy_none_low"] <= r["accuracy_none"] <= r["accuracy_none_high"]
     assert r["tokens_per_s_none"] > 0 and r["tokens_per_s_cache"] > 0
     assert "| Fast-dLLM | semi-ar | 16 / 8 | dual | 2 |" in cache_markdown(rows, "t")
+
+
+def test_a_long_run_killed_halfway_goes_on_from_its_saved_parts(tmp_path, monkeypatch):
+    """Table 1 at gen 256 takes hours here: each finished (family, length, mode) part is saved, a rerun decodes only
+    the parts missing, and a part saved under other weights or settings is decoded again."""
+    import dico
+    from dico.bench import benchmark
+    from dico.bench.parts import Parts, weights_id
+
+    predictor = dico.load_model(attention=False)
+    configs, lengths = [benchmark.TABLE[0], ("Top-2 per step", "topk", {"k": 2})], ((16, 8),)
+    key = {"bench": "Table 1", "weights": weights_id(None), "items": 2, "batch_size": 2,
+           "configs": [list(c) for c in configs]}
+    decoded, real_run = [], benchmark.run
+
+    def counted_run(predictor, configs, families, modes, *args, **kwargs):
+        if len(decoded) == 1 and stop_after_one:
+            raise KeyboardInterrupt                                     # the session ends after one part
+        decoded.append((families, modes))
+        return real_run(predictor, configs, families, modes, *args, **kwargs)
+
+    monkeypatch.setattr(benchmark, "run", counted_run)
+    stop_after_one = True
+    with pytest.raises(KeyboardInterrupt):
+        benchmark.run_parts(None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2, parts=Parts(tmp_path, key),
+                            predictor=predictor, progress=False)
+    assert decoded == [(("word",), ("non-ar",))] and len(list(tmp_path.glob("part-*.json"))) == 1
+
+    stop_after_one = False
+    rows, how = benchmark.run_parts(None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2,
+                                    parts=Parts(tmp_path, key), predictor=predictor, progress=False)
+    assert decoded[1:] == [(("word",), ("semi-ar",))]                   # only the missing part decoded
+    assert (how["parts"], how["parts_resumed"]) == (2, 1) and how["decode_seconds"] >= 0
+    whole = real_run(predictor, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2, progress=False)
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in ("tokens_per_s", "speedup_wall")} for r in rs]
+    assert strip(rows) == strip(whole)                                  # the same rows as one uninterrupted run
+
+    del decoded[:]
+    benchmark.run_parts(None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2,
+                        parts=Parts(tmp_path, {**key, "weights": "sha256:other"}), predictor=predictor, progress=False)
+    assert len(decoded) == 2                                            # other weights: nothing reused
+    assert weights_id(None).startswith("sha256:") and weights_id("GSAI-ML/LLaDA-8B-Instruct") == \
+        "GSAI-ML/LLaDA-8B-Instruct"

@@ -118,32 +118,59 @@ def decode_cell(predictor, cell: Cell, items, batch_size: int, bar) -> None:
     cell.answer_nfe = sum(trace.answer_nfe for trace in traces)
 
 
-def run_parallel(model, configs, families, modes, n_items: int, lengths=LENGTHS, batch_size: int = BATCH_SIZE,
-                 jobs: int = 2, progress: bool = True) -> list[dict]:
-    """``run``'s rows, each (family, length, mode) part decoded in its own process: on a CPU the forward pass
-    is compute-bound, so batching gains little there, while a process per core decodes in parallel."""
+def run_parts(model, configs, families, modes, n_items: int, lengths=LENGTHS, batch_size: int = BATCH_SIZE,
+              jobs: int = 1, parts=None, predictor=None, progress: bool = True) -> tuple[list[dict], dict]:
+    """``run``'s rows, decoded one (family, length, mode) part at a time, and how: the parts, how many came from
+    ``parts`` and the decoding seconds of all of them (one process each, summed).
+
+    With ``jobs > 1`` each part runs in its own process: on a CPU the forward pass is compute-bound, so batching
+    gains little there, while a process per core decodes in parallel. With ``parts`` (a ``dico.bench.parts.Parts``)
+    each finished part is saved as it finishes and a part saved earlier under the same key is not decoded again,
+    so a long run killed halfway goes on where it stopped. Ratios stay within a part (Vanilla is in each)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from tqdm import tqdm
 
-    parts = [(family, pair, mode) for family in families for pair in lengths for mode in modes]   # run's row order
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {}
-        for family, pair, mode in sorted(parts, key=lambda part: -part[1][0]):    # longest generation first
-            futures[pool.submit(_part, model, configs, (family,), (mode,), n_items, (pair,), batch_size)] = \
-                (family, pair, mode)
-        done = {}
-        for future in tqdm(as_completed(futures), total=len(parts), desc="bench parts", disable=not progress):
-            done[futures[future]] = future.result()
-    return [row for part in parts for row in done[part]]
+    order = [(family, pair, mode) for family in families for pair in lengths for mode in modes]   # run's row order
+    done = {part: parts.get(_part_key(part)) for part in order} if parts else {}
+    done = {part: rows for part, rows in done.items() if rows is not None}
+    seconds = {part: parts.seconds(_part_key(part)) for part in done}
+    todo = sorted((p for p in order if p not in done), key=lambda part: -part[1][0])   # longest generation first
+    if done and progress:
+        print(f"resuming: {len(done)} of {len(order)} parts already decoded in {parts.folder}", flush=True)
+
+    def finish(part, rows, took):
+        done[part], seconds[part] = rows, took
+        if parts:
+            parts.put(_part_key(part), rows, took)
+
+    if jobs > 1 and todo:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_part, model, configs, (family,), (mode,), n_items, (pair,), batch_size):
+                       (family, pair, mode) for family, pair, mode in todo}
+            for future in tqdm(as_completed(futures), total=len(todo), desc="bench parts", disable=not progress):
+                finish(futures[future], *future.result())
+    for family, pair, mode in (todo if jobs <= 1 else ()):
+        start = time.perf_counter()
+        rows = run(predictor, configs, (family,), (mode,), n_items, (pair,), batch_size, progress=progress)
+        finish((family, pair, mode), rows, time.perf_counter() - start)
+    resumed = len(order) - len(todo)
+    return [row for part in order for row in done[part]], {"parts": len(order), "parts_resumed": resumed,
+                                                            "decode_seconds": round(sum(seconds.values()))}
+
+
+def _part_key(part) -> dict:
+    family, (gen, block), mode = part
+    return {"family": family, "gen_length": gen, "block_length": block, "mode": mode}
 
 
 _PREDICTORS: dict = {}
 
 
-def _part(model, *args) -> list[dict]:
-    """One process's part of ``run_parallel``: its own model (loaded once per process) and one torch thread."""
+def _part(model, *args) -> tuple[list[dict], float]:
+    """One process's part of ``run_parts``: its own model (loaded once per process), one torch thread; its rows
+    and the seconds they took."""
     import torch
 
     from dico.models import load_model
@@ -151,7 +178,9 @@ def _part(model, *args) -> list[dict]:
     torch.set_num_threads(1)
     if model not in _PREDICTORS:
         _PREDICTORS[model] = load_model(model, attention=False)
-    return run(_PREDICTORS[model], *args, progress=False)
+    start = time.perf_counter()
+    rows = run(_PREDICTORS[model], *args, progress=False)
+    return rows, time.perf_counter() - start
 
 
 def _row(cell: Cell, ref: Cell, batch_size: int) -> dict:
@@ -282,6 +311,8 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
     parser.add_argument("--json", metavar="PATH", help="write every row as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    parser.add_argument("--parts", metavar="DIR", help="Table 1 and ablations: save each finished (family, length, "
+                        "mode) part in DIR; the same command run again skips the parts saved there")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
@@ -344,16 +375,18 @@ def main(argv=None) -> int:
             print(f"throughput: model {model_name}, {len(tasks.FAMILIES) * n_items} prompts, batch sizes "
                   f"{', '.join(map(str, THROUGHPUT_BATCHES))}, on {where}", flush=True)
             rows = throughput(predictor, n_items, gen_length=lengths[0][0], progress=not args.no_progress)
-            table, title = throughput_markdown(rows), "throughput"
+            table, title, how = throughput_markdown(rows), "throughput", {}
         else:
             print(f"{title}: model {model_name}, gen/block {', '.join(f'{g}/{b}' for g, b in lengths)}, "
                   f"{n_items} held-out items per task, batch size {args.batch_size}, on {where}", flush=True)
-            if parallel:
-                rows = run_parallel(args.model, configs, families, modes, n_items, lengths, args.batch_size,
-                                    args.jobs, progress=not args.no_progress)
-            else:
-                rows = run(predictor, configs, families, modes, n_items, lengths, args.batch_size,
-                           progress=not args.no_progress)
+            parts = None
+            if args.parts:
+                from dico.bench.parts import Parts, weights_id
+                parts = Parts(args.parts, {"bench": title.split(":")[0], "weights": weights_id(args.model),
+                                           "items": n_items, "batch_size": args.batch_size,
+                                           "configs": [list(c) for c in configs]})
+            rows, how = run_parts(args.model, configs, families, modes, n_items, lengths, args.batch_size,
+                                  args.jobs if parallel else 1, parts, predictor, progress=not args.no_progress)
             if args.what:
                 rows = [r for r in rows if r["label"] in ABLATIONS[args.what[1]]]
             table = markdown(rows, title)
@@ -362,7 +395,7 @@ def main(argv=None) -> int:
         return 2
     _report(args, argv, table, start, {"title": title, "model": model_name, "model_step": training_step(args.model),
                                         "lengths": [list(p) for p in lengths], "batch_size": args.batch_size,
-                                        "jobs": args.jobs, "machine": where, "rows": rows})
+                                        "jobs": args.jobs, "machine": where, **how, "rows": rows})
     return 0
 
 

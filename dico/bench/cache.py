@@ -26,9 +26,10 @@ def cache_cases(lengths=LENGTHS[:1]) -> list[tuple]:
             for gen, block in lengths for mode, kind in CACHE_SERVES for m in METHODS]
 
 
-def cache_bench(predictor, cases, families, n_items: int, progress: bool = True) -> list[dict]:
+def cache_bench(predictor, cases, families, n_items: int, progress: bool = True, parts=None) -> list[dict]:
     """Each case decodes every item without and with its cache, interleaved item by item in one process (the order
-    alternating), one prompt at a time: tokens/s, token forwards, accuracy of both, and the share of texts changed."""
+    alternating), one prompt at a time: tokens/s, token forwards, accuracy of both, and the share of texts changed.
+    With ``parts`` (``dico.bench.parts.Parts``) each finished case is saved and a case saved earlier is not rerun."""
     from tqdm import tqdm
 
     from dico.loop import generate
@@ -37,6 +38,12 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True)
     rows = []
     bar = tqdm(total=len(cases) * len(items), desc="cache", unit="item", disable=not progress, dynamic_ncols=True)
     for method, mode, gen, block, kind in cases:
+        saved = parts.get([method, mode, gen, block, kind]) if parts else None
+        if saved is not None:
+            rows += saved
+            bar.update(len(items))
+            continue
+        case_start = time.perf_counter()
         sums = {c: dict(wall=0.0, nfe=0, forwards=0, correct=0) for c in ("none", kind)}
         texts = {}
         for i, item in enumerate(items):
@@ -65,6 +72,8 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True)
                      "token_forwards_cache": round(cached["forwards"] / n, 1),
                      "tokens_per_s_none": round(tps["none"], 1), "tokens_per_s_cache": round(tps[kind], 1),
                      "speedup_wall": round(tps[kind] / tps["none"], 2) if tps["none"] else 0.0})
+        if parts:
+            parts.put([method, mode, gen, block, kind], rows[-1:], time.perf_counter() - case_start)
     bar.close()
     return rows
 
@@ -106,8 +115,15 @@ def cache_main(args, argv) -> int:
         return 2
     where, start = machine() + ", batch 1", time.time()
     print(f"cache: model {predictor.name}, {n_items} items per family, on {where}", flush=True)
-    speed_rows = cache_bench(predictor, CACHE_SPEED, ("word",), n_items, progress=not args.no_progress)
-    accuracy_rows = cache_bench(predictor, cache_cases(lengths), families, n_items, progress=not args.no_progress)
+    speed_parts = accuracy_parts = None
+    if args.parts:
+        from dico.bench.parts import Parts, weights_id
+        key = {"bench": "cache", "weights": weights_id(args.model), "items": n_items}
+        speed_parts = Parts(args.parts, {**key, "part_of": "speed", "families": ["word"]})
+        accuracy_parts = Parts(args.parts, {**key, "part_of": "accuracy", "families": list(families)})
+    speed_rows = cache_bench(predictor, CACHE_SPEED, ("word",), n_items, not args.no_progress, speed_parts)
+    accuracy_rows = cache_bench(predictor, cache_cases(lengths), families, n_items, not args.no_progress,
+                                accuracy_parts)
     table = (cache_markdown(speed_rows, f"KV cache speed (word problems, {n_items} items)") + "\n\n"
              + cache_markdown(accuracy_rows, f"KV cache accuracy (Table 1's items, {n_items} per family)"))
     _report(args, argv, table, start, {"title": "cache", "model": predictor.name,

@@ -123,7 +123,10 @@ def readme_section(folder) -> str:
             table = (f"![{run['title']}](assets/bench/{image})\n\n" if image.endswith(".png") else
                      f"[{run['title']}: the figure](assets/bench/{image}) (HTML, opens in a browser)\n\n") + table
         weights = f"; {run['model']} at training step {run['model_step']:,}" if run.get("model_step") else ""
-        parts.append(f"{table}\n\n`{run['command']}` ({run['seconds'] / 60:.1f} min on {run['machine']}{weights})")
+        resumed = (f"; {run['parts_resumed']} of its {run['parts']} parts decoded by earlier runs of the command, "
+                   f"{run['decode_seconds'] / 60:.1f} min of decoding in all" if run.get("parts_resumed") else "")
+        parts.append(f"{table}\n\n`{run['command']}` ({run['seconds'] / 60:.1f} min on {run['machine']}{weights}"
+                     f"{resumed})")
     return "\n\n".join(parts)
 
 
