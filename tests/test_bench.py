@@ -72,6 +72,14 @@ def test_bench_refuses_bad_requests_with_a_message(args):
     assert result.returncode == 2 and "error:" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("args", [("--refresh", "-1"), ("--refresh", "often"), ("--modes", "sideways")])
+def test_the_cache_bench_refuses_a_bad_refresh_or_mode_naming_it(args, capsys):
+    from dico.bench.benchmark import main
+
+    assert main(["cache", "--items", "2", *args, "--no-progress"]) == 2
+    assert f"error: {args[0][2:]}:" in capsys.readouterr().err
+
+
 def test_readme_shows_exactly_the_shipped_benchmark_tables_and_their_commands():
     from dico.bench.tables import README_MARKERS, readme_section, splice_readme
 
@@ -104,14 +112,20 @@ def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items(tmp_
 
     cases = cache_cases(((16, 8),))
     assert {(c[1], c[4]) for c in cases} == set(CACHE_SERVES) and {c[0] for c in cases} == set(METHODS)
+    assert {c[5] for c in cache_cases(((16, 8),), (0, 4))} == {0, 4}
+    assert {c[1] for c in cache_cases(((16, 8),), modes=("non-ar",))} == {"non-ar"}
     predictor = dico.load_model(attention=False)
-    rows = cache_bench(predictor, [("fast", "semi-ar", 16, 8, "dual")], ("word",), 2, progress=False,
-                       parts=Parts(tmp_path, {"bench": "cache"}))
+    cases = [("fast", "semi-ar", 16, 8, "dual", 0), ("topk", "non-ar", 16, None, "delayed", 1)]
+    rows = cache_bench(predictor, cases, ("word",), 2, progress=False, parts=Parts(tmp_path, {"bench": "cache"}))
     monkeypatch.setattr(dico.loop, "generate", lambda *a, **k: pytest.fail("a saved case was decoded again"))
-    assert cache_bench(predictor, [("fast", "semi-ar", 16, 8, "dual")], ("word",), 2, progress=False,
+    assert cache_bench(predictor, cases, ("word",), 2, progress=False,
                        parts=Parts(tmp_path, {"bench": "cache"})) == rows      # a rerun reads the finished case
-    (r,) = rows
-    assert (r["method"], r["cache"], r["n"], r["block_length"]) == ("fast", "dual", 2, 8)
+    r, every_pass = rows
+    assert (every_pass["cache_refresh"], every_pass["changed"]) == (1, 0)        # refresh 1: exactly no cache
+    assert every_pass["nfe_cache"] == every_pass["nfe_none"] and every_pass["accuracy_cache"] == \
+        every_pass["accuracy_none"]
+    assert "| Top-4 per step | non-ar | 16 / - | delayed, refresh 1 | 2 |" in cache_markdown(rows, "t")
+    assert (r["method"], r["cache"], r["cache_refresh"], r["n"], r["block_length"]) == ("fast", "dual", 0, 2, 8)
     assert 0 < r["token_forwards_cache"] < r["token_forwards_none"] and 0 <= r["changed"] <= 1
     assert r["accuracy_none_low"] <= r["accuracy_none"] <= r["accuracy_none_high"]
     assert r["tokens_per_s_none"] > 0 and r["tokens_per_s_cache"] > 0

@@ -311,6 +311,8 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
     parser.add_argument("--json", metavar="PATH", help="write every row as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    parser.add_argument("--refresh", default="0", help="cache only: the accuracy part's cache_refresh values, "
+                        "comma-separated (default 0: refresh only at a block start or the first pass)")
     parser.add_argument("--parts", metavar="DIR", help="Table 1 and ablations: save each finished (family, length, "
                         "mode) part in DIR; the same command run again skips the parts saved there")
     parser.add_argument("--no-progress", action="store_true")

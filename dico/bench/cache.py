@@ -15,15 +15,17 @@ from dico.settings import METHODS, SEMI_AR
 
 # The cache benchmark (issue 27). Speed: Fast-dLLM's setting (gen 256, blocks of 32, dual cache) and the delayed
 # cache in non-AR; accuracy: each cache kind in the mode it serves, on Table 1's items and lengths.
-CACHE_SPEED = [(m, SEMI_AR, 256, 32, "dual") for m in ("vanilla", "fast", "dico")] + \
-    [(m, "non-ar", 256, None, "delayed") for m in ("fast", "dico")]
+CACHE_SPEED = [(m, SEMI_AR, 256, 32, "dual", 0) for m in ("vanilla", "fast", "dico")] + \
+    [(m, "non-ar", 256, None, "delayed", 0) for m in ("fast", "dico")]
 CACHE_SERVES = ((SEMI_AR, "prefix"), (SEMI_AR, "dual"), ("non-ar", "delayed"))
 
 
-def cache_cases(lengths=LENGTHS[:1]) -> list[tuple]:
-    """(method, mode, gen_length, block_length, cache) of the accuracy part: every method, each kind in its mode."""
-    return [(m, mode, gen, block if mode == SEMI_AR else None, kind)
-            for gen, block in lengths for mode, kind in CACHE_SERVES for m in METHODS]
+def cache_cases(lengths=LENGTHS[:1], refreshes=(0,), modes=(SEMI_AR, "non-ar")) -> list[tuple]:
+    """(method, mode, gen_length, block_length, cache, cache_refresh) of the accuracy part: every method, each kind in
+    the mode it serves, at each refresh interval (0: only at a block start or the first pass)."""
+    return [(m, mode, gen, block if mode == SEMI_AR else None, kind, refresh)
+            for gen, block in lengths for refresh in refreshes for mode, kind in CACHE_SERVES if mode in modes
+            for m in METHODS]
 
 
 def cache_bench(predictor, cases, families, n_items: int, progress: bool = True, parts=None) -> list[dict]:
@@ -37,8 +39,9 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
     items = [item for family in families for item in tasks.make_split(family, "test", n_items)]
     rows = []
     bar = tqdm(total=len(cases) * len(items), desc="cache", unit="item", disable=not progress, dynamic_ncols=True)
-    for method, mode, gen, block, kind in cases:
-        saved = parts.get([method, mode, gen, block, kind]) if parts else None
+    for case in cases:
+        method, mode, gen, block, kind, refresh = case
+        saved = parts.get(list(case)) if parts else None
         if saved is not None:
             rows += saved
             bar.update(len(items))
@@ -50,7 +53,7 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
             for c in (("none", kind) if i % 2 == 0 else (kind, "none")):
                 start = time.perf_counter()
                 trace = generate(predictor, item.prompt, method, mode=mode, gen_length=gen, block_length=block,
-                                 cache=c)
+                                 cache=c, cache_refresh=refresh)
                 total = sums[c]
                 total["wall"] += time.perf_counter() - start
                 total["nfe"] += trace.nfe
@@ -63,7 +66,7 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
         low, high = wilson(plain["correct"], n)
         tps = {c: n * gen / v["wall"] if v["wall"] else 0.0 for c, v in sums.items()}
         rows.append({"method": method, "label": default_label(method), "mode": mode, "gen_length": gen,
-                     "block_length": block, "cache": kind, "n": n, "families": list(families),
+                     "block_length": block, "cache": kind, "cache_refresh": refresh, "n": n, "families": list(families),
                      "accuracy_none": round(plain["correct"] / n, 4), "accuracy_none_low": round(low, 4),
                      "accuracy_none_high": round(high, 4), "accuracy_cache": round(cached["correct"] / n, 4),
                      "changed": round(sum(t["none"] != t[kind] for t in texts.values()) / n, 4),
@@ -73,7 +76,7 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
                      "tokens_per_s_none": round(tps["none"], 1), "tokens_per_s_cache": round(tps[kind], 1),
                      "speedup_wall": round(tps[kind] / tps["none"], 2) if tps["none"] else 0.0})
         if parts:
-            parts.put([method, mode, gen, block, kind], rows[-1:], time.perf_counter() - case_start)
+            parts.put(list(case), rows[-1:], time.perf_counter() - case_start)
     bar.close()
     return rows
 
@@ -84,7 +87,9 @@ def cache_markdown(rows: list[dict], title: str) -> str:
              "changed | NFE none -> cache | token forwards none -> cache | tokens/s none -> cache | speed-up |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['label']} | {r['mode']} | {r['gen_length']} / {r['block_length'] or '-'} | {r['cache']} | "
+        refresh = f", refresh {r['cache_refresh']}" if r.get("cache_refresh") else ""
+        lines.append(f"| {r['label']} | {r['mode']} | {r['gen_length']} / {r['block_length'] or '-'} | {r['cache']}"
+                     f"{refresh} | "
                      f"{r['n']} | {100 * r['accuracy_none']:.1f}% [{100 * r['accuracy_none_low']:.0f}-"
                      f"{100 * r['accuracy_none_high']:.0f}] -> {100 * r['accuracy_cache']:.1f}% | "
                      f"{100 * r['changed']:.0f}% | {r['nfe_none']:.1f} -> {r['nfe_cache']:.1f} | "
@@ -109,6 +114,13 @@ def cache_main(args, argv) -> int:
         unknown = [f for f in families if f not in tasks.FAMILIES]
         if unknown:
             raise ValueError(f"families: unknown family {unknown[0]!r}; choose from {', '.join(tasks.FAMILIES)}")
+        refreshes = tuple(r.strip() for r in args.refresh.split(",") if r.strip())
+        if not refreshes or not all(r.isdigit() for r in refreshes):
+            raise ValueError(f"refresh: comma-separated passes between refreshes, each 0 or more, got {args.refresh!r}")
+        refreshes = tuple(map(int, refreshes))
+        modes = tuple(m for m in args.modes.split(",") if m)
+        if not modes or set(modes) - {mode for mode, _ in CACHE_SERVES}:
+            raise ValueError(f"modes: choose from {', '.join(sorted({m for m, _ in CACHE_SERVES}))}, got {args.modes!r}")
         predictor = load_model(args.model, attention=False)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -121,9 +133,10 @@ def cache_main(args, argv) -> int:
         key = {"bench": "cache", "weights": weights_id(args.model), "items": n_items}
         speed_parts = Parts(args.parts, {**key, "part_of": "speed", "families": ["word"]})
         accuracy_parts = Parts(args.parts, {**key, "part_of": "accuracy", "families": list(families)})
-    speed_rows = cache_bench(predictor, CACHE_SPEED, ("word",), n_items, not args.no_progress, speed_parts)
-    accuracy_rows = cache_bench(predictor, cache_cases(lengths), families, n_items, not args.no_progress,
-                                accuracy_parts)
+    speed = [case for case in CACHE_SPEED if case[1] in modes]
+    speed_rows = cache_bench(predictor, speed, ("word",), n_items, not args.no_progress, speed_parts)
+    accuracy_rows = cache_bench(predictor, cache_cases(lengths, refreshes, modes), families, n_items,
+                                not args.no_progress, accuracy_parts)
     table = (cache_markdown(speed_rows, f"KV cache speed (word problems, {n_items} items)") + "\n\n"
              + cache_markdown(accuracy_rows, f"KV cache accuracy (Table 1's items, {n_items} per family)"))
     _report(args, argv, table, start, {"title": "cache", "model": predictor.name,
