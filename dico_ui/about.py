@@ -2,6 +2,7 @@
 comes from) and the settings tables generated from the same Specs as the controls."""
 from __future__ import annotations
 
+import json
 import string
 
 from dico.models import EMBEDDED_NAME
@@ -9,7 +10,7 @@ from dico.settings import settings_table
 from dico.trace import BUNDLE_SCHEMA, Trace
 from dico_ui import render
 from dico_ui.request import CONTROLS, group_label
-from dico_ui.text import clean, prose
+from dico_ui.text import EXAMPLES, clean, prose
 
 
 def about_text(traces: list[Trace], outside: str = "") -> str:
@@ -26,9 +27,42 @@ def about_text(traces: list[Trace], outside: str = "") -> str:
             [f"| {r['label']} | {r['nfe']} | {r['answer_nfe'] or '—'} | {r['answer']} / {r['padding']} | "
              f"{r['answer_per_step'] or '—'} | {r['tokens_per_step']} | {r['biggest'][1]} + {r['biggest'][2]} | "
              f"{r['padding_only']} |" for r in rows])
-        values["lessons"] = "\n".join(f"- {lesson(r)}" for r in rows) + \
+        checked = judged(traces)
+        values["lessons"] = "\n".join(f"- {lesson(r)}" for r in rows) + (f"\n\n{checked}" if checked else "") + \
             (f"\n\n⚠ {clean(outside)}" if outside else "")
     return string.Template(prose("about.md")).safe_substitute(values)
+
+
+def example_item(prompt: str):
+    """The task item of a shipped example with a checker (its family's, ``dico.embedded.tasks``), else None."""
+    from dico.embedded import tasks
+
+    try:
+        example = next(e for e in json.loads(EXAMPLES.read_text())["examples"] if e.get("prompt") == prompt)
+        if example.get("family") not in tasks.FAMILIES or not example.get("target"):
+            return None
+        return tasks.Item(example["family"], prompt, "", str(example["target"]),
+                          offered=tuple(example.get("offered", ())), count=int(example.get("count", 0)))
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return None
+
+
+def judged(traces: list[Trace]) -> str:
+    """For a shipped example, which lanes answered right, by the example's own checker: the lesson in words."""
+    from dico.embedded import tasks
+
+    item = example_item(traces[0].prompt) if traces else None
+    if item is None or any(t.stopped for t in traces):
+        return ""
+    right = [t for t in traces if tasks.check(item, t.text)]
+    wrong = [t for t in traces if t not in right]
+    rule = ("any valid choice is right; the same thing twice, or pieces of two, is not"
+            if item.family in ("pick", "team") else f"the final answer must be {item.target}")
+    said = [f"This prompt is a shipped {item.family} example, so every answer can be checked ({rule})."]
+    if right:
+        said.append("Right: " + ", ".join(f"**{clean(t.label)}** in {t.nfe} steps" for t in right) + ".")
+    said += [f"**{clean(t.label)}** answered “{clean(t.text.strip())}”: wrong, in {t.nfe} steps." for t in wrong]
+    return " ".join(said)
 
 
 def settings_tables() -> str:

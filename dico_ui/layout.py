@@ -19,13 +19,12 @@ from dico_ui.limits import LIMITS
 from dico_ui.models import model_choices
 from dico_ui.render import TABLE_COLUMNS
 from dico_ui.request import CONTROLS, MAX_GEN_LENGTH, group_label
-from dico_ui.text import prose
+from dico_ui.text import EXAMPLES, prose
 
 # gradio 5.50 is pinned (see requirements.txt); its notices about gradio 6 APIs are noise here.
 warnings.filterwarnings("ignore", message=r".*Gradio 6\.0", category=DeprecationWarning)
 log = logging.getLogger("dico_ui")
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "assets" / "examples.json"
 BENCH_TABLE = ROOT / "assets" / "bench" / "table1.json"
 FRONTIER = ROOT / "assets" / "bench" / "frontier.json"
 FRONTIER_COMMAND = "python -m dico.bench frontier --json assets/bench/frontier.json --markdown assets/bench/frontier.md"

@@ -7,6 +7,7 @@ from functools import cache
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "ui"
+EXAMPLES = ASSETS.parent / "examples.json"          # the example prompts (dico_ui.examples writes the lesson's)
 # Bidi controls (LRE, RLE, PDF, LRO, RLO, LRI, RLI, FSI, PDI, LRM, RLM, ALM): a U+202E in a prompt would
 # reverse the rest of a toast, so they are removed from any text shown outside its own isolated box.
 _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")

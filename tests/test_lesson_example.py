@@ -1,0 +1,78 @@
+"""The example the page opens on is chosen by measurement (issue 26): an item where one token a step, Fast-dLLM and
+DiCo answer right and naive top-k breaks it, and the About text says which lanes were right by the item's checker."""
+import json
+
+import pytest
+
+from dico.embedded import tasks
+from dico.trace import Trace
+from dico_ui import about, examples
+
+
+def _trace(label, text, nfe, answer_nfe=None, prompt="p"):
+    trace = Trace(model="m", method="vanilla", mode="non-ar", settings={}, prompt=prompt, prompt_length=1,
+                  gen_length=96, block_length=None, text=text, nfe=nfe, label=label)
+    trace.answer_nfe = answer_nfe if answer_nfe is not None else nfe
+    return trace
+
+
+PICKS = tasks.make_split("pick", "test", 6)
+
+
+def _race(answers):
+    """A fake race: per prompt, each lane's text and DiCo's answer step."""
+    def race_traces(predictor, prompt, lanes=examples.LESSON_LANES):
+        texts, dico_answer = answers[prompt]
+        return [_trace(label, text, nfe, dico_answer if label == "DiCo" else None, prompt)
+                for label, text, nfe in zip(("Vanilla", "Top-4 per step", "Fast-dLLM", "DiCo"), texts,
+                                            (96, 24, 6, 9))]
+    return race_traces
+
+
+def test_the_chosen_example_is_one_where_only_naive_top_k_is_wrong_and_dico_finishes_soonest(monkeypatch):
+    right = {item.prompt: item.answer for item in PICKS}
+    assert all(tasks.check(item, right[item.prompt]) for item in PICKS)
+    a, b, c, d, e, f = (item.prompt for item in PICKS)
+    answers = {a: ([right[a]] * 4, 9),                                  # nothing broke: no lesson
+               b: ([right[b], "I pick", right[b], right[b]], 12),      # the lesson, DiCo's answer at step 12
+               c: ([right[c], "I pick", right[c], right[c]], 7),       # the lesson, DiCo's answer at step 7
+               d: ([right[d], "I pick", right[d], "I pick"], 5),       # DiCo broke too: not the lesson
+               e: (["I pick", "I pick", right[e], right[e]], 4),       # Vanilla wrong: not the lesson
+               f: ([right[f], "I pick", right[f], right[f]], 7)}       # ties c on DiCo and Fast-dLLM: the shorter prompt wins
+    monkeypatch.setattr(examples, "race_traces", _race(answers))
+    item, traces, found = examples.choose(None, ("pick",), 6, progress=False)
+    expected = min((PICKS[2], PICKS[5]), key=lambda i: len(i.prompt))
+    assert item == expected and [t.text for t in traces][1] == "I pick"
+    assert found == {"families": ["pick"], "items": 6, "naive_wrong": 5, "lesson": 3}
+    entry = examples.example_entry(item, found, "model-x")
+    assert entry["source"] == f"tasks.make_split('pick', 'test')[{PICKS.index(item)}]"
+    assert (entry["offered"], entry["count"], entry["target"]) == (list(item.offered), item.count, item.target)
+    assert "3 of 6 held-out pick items showed the lesson" in entry["chosen"]
+
+
+def test_no_item_showing_the_lesson_is_a_clear_message(monkeypatch):
+    answers = {item.prompt: ([item.answer] * 4, 9) for item in PICKS}
+    monkeypatch.setattr(examples, "race_traces", _race(answers))
+    with pytest.raises(SystemExit, match="naive top-k was wrong on 0 of 6"):
+        examples.choose(None, ("pick",), 6, progress=False)
+
+
+def test_the_about_text_says_which_lanes_answered_a_shipped_example_right(tmp_path, monkeypatch):
+    item = PICKS[0]
+    shipped = tmp_path / "examples.json"
+    shipped.write_text(json.dumps({"examples": [{"prompt": item.prompt, "family": "pick", "target": item.target,
+                                                 "offered": list(item.offered), "count": item.count},
+                                                {"prompt": "Write a poem.", "family": "free", "target": None}]}))
+    monkeypatch.setattr(about, "EXAMPLES", shipped)
+    broken = f"I pick {item.offered[0]} and {item.offered[0]}."
+    traces = [_trace("Vanilla", item.answer, 96, prompt=item.prompt),
+              _trace("Top-4 per step", broken, 24, prompt=item.prompt),
+              _trace("DiCo", item.answer, 9, prompt=item.prompt)]
+    said = about.judged(traces)
+    assert "**Vanilla** in 96 steps, **DiCo** in 9 steps" in said
+    assert f"**Top-4 per step** answered “{broken}”: wrong, in 24 steps." in said
+    assert said in about.about_text(traces)
+    assert about.judged([_trace("DiCo", "A poem.", 9, prompt="Write a poem.")]) == ""      # no checker: nothing said
+    assert about.judged([_trace("DiCo", "x", 9, prompt="not an example")]) == ""
+    shipped.write_text("{broken")
+    assert about.judged(traces) == ""                                  # a broken file: the About text without it
