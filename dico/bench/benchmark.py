@@ -11,6 +11,7 @@
     python -m dico.bench speed                # selection time per step against the forward pass, gen_length 256
     python -m dico.bench cache                # tokens/s, token forwards and accuracy with and without each KV cache
     python -m dico.bench frontier             # accuracy against passes as each method's main knob turns (frontier.py)
+    python -m dico.bench breaks               # pick and team: which commits broke each method's wrong answers
     python -m dico.bench readme               # rewrite README's benchmark block from assets/bench
 
 Every speed-up is measured against Vanilla in the same run, on the same items and at the same batch size
@@ -273,6 +274,14 @@ def _families(text: str) -> tuple[str, ...]:
     return families
 
 
+def _modes(text: str) -> tuple[str, ...]:
+    modes = tuple(m for m in text.split(",") if m)
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ValueError(f"modes: unknown mode {(unknown or [text])[0]!r}; choose from {', '.join(MODES)}")
+    return modes
+
+
 def _items(n_items: int) -> int:
     if not 1 <= n_items <= tasks.TEST_SIZE:
         raise ValueError(f"items: must be in 1..{tasks.TEST_SIZE}, got {n_items}")
@@ -294,7 +303,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("what", nargs="*", default=[],
-                        help=f"'ablation {'|'.join(ABLATIONS)}', 'throughput', 'speed', 'cache', 'frontier', "
+                        help=f"'ablation {'|'.join(ABLATIONS)}', 'throughput', 'speed', 'cache', 'frontier', 'breaks', "
                         "'readme', or nothing for Table 1")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_ITEMS} items per family, gen 96/32 only")
     parser.add_argument("--items", type=int, default=None, help=f"items per task family (default {FULL_ITEMS})")
@@ -342,10 +351,13 @@ def main(argv=None) -> int:
     if args.what == ["frontier"]:
         from dico.bench.frontier import frontier_main
         return frontier_main(args, argv)
+    if args.what == ["breaks"]:
+        from dico.bench.breaks import breaks_main
+        return breaks_main(args, argv)
     known = args.what in ([], ["throughput"]) or (len(args.what) == 2 and args.what[0] == "ablation"
                                                   and args.what[1] in ABLATIONS)
     if not known or args.gen is not None:
-        print(f"error: what: expected nothing, 'throughput', 'frontier' or 'ablation {{{','.join(ABLATIONS)}}}', got "
+        print(f"error: what: expected nothing, 'throughput', 'frontier', 'breaks' or 'ablation {{{','.join(ABLATIONS)}}}', got "
               f"{' '.join(args.what)!r}" if not known else "error: gen: only the frontier takes --gen (Table 1 and "
               "the ablations take --lengths)", file=sys.stderr)
         return 2

@@ -16,11 +16,11 @@ import sys
 import time
 from dataclasses import dataclass
 
-from dico.bench.benchmark import (FULL_ITEMS, QUICK_ITEMS, Cell, _families, _items, _report, _row, decode_cell,
-                                  machine, training_step)
+from dico.bench.benchmark import (FULL_ITEMS, QUICK_ITEMS, Cell, _families, _items, _modes, _report, _row,
+                                  decode_cell, machine, training_step)
 from dico.bench.tables import frontier_markdown
 from dico.embedded import tasks
-from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, DICO_KNOB, MODES, SEMI_AR
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, DICO_KNOB, SEMI_AR
 
 TOPK = (1, 2, 4, 8, 16)
 THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
@@ -74,14 +74,6 @@ def frontier(predictor, families, modes, n_items: int, gen_length: int = DEFAULT
     ref = {(cell.task, cell.mode): cell for point, cell in cells if point == points[0]}
     return [{**_row(cell, ref[(cell.task, cell.mode)], batch_size), "sweep": point.sweep, "knob": point.knob,
              "value": point.value} for point, cell in cells]
-
-
-def _modes(text: str) -> tuple[str, ...]:
-    modes = tuple(m for m in text.split(",") if m)
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
-        raise ValueError(f"modes: unknown mode {(unknown or [text])[0]!r}; choose from {', '.join(MODES)}")
-    return modes
 
 
 def _gen(gen_length: int, modes) -> int:

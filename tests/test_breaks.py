@@ -1,0 +1,92 @@
+"""Which commits broke an answer: a wrong pick or team answer's clashing tokens, found in its trace, and whether one
+step committed them together (each from its own marginal) or the model chose the mixture one token at a time."""
+import pytest
+
+from dico.bench.breaks import breaks_markdown, choice_positions, clash, read, token_spans
+from dico.embedded import tasks
+from dico.trace import Step, Trace
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    import dico
+    return dico.load_model(attention=False)
+
+
+def _decoded(predictor, item, text, steps_of):
+    """A trace of ``text`` whose positions were committed at the steps ``steps_of(positions of each choice)``
+    gives."""
+    ids = predictor.tokenizer(text, add_special_tokens=False)["input_ids"]
+    trace = Trace(model="m", method="topk", mode="non-ar", settings={}, prompt=item.prompt, prompt_length=1,
+                  gen_length=len(ids), block_length=None, text=text, response=ids, answer_length=len(ids),
+                  vocab={str(i): predictor.tokenizer.convert_ids_to_tokens(i) for i in ids})
+    slots = choice_positions(item.family, *token_spans(predictor.tokenizer, ids))
+    when = steps_of([positions for _, positions in slots])
+    for index in sorted(set(when.values())):
+        committed = [p for p, s in when.items() if s == index]
+        trace.steps.append(Step(index=index, phase="vanilla", window=[], committed=committed,
+                                tokens=[ids[p] for p in committed], confidence=[0.5] * len(ids),
+                                prediction=[None] * len(ids)))
+    return trace, slots
+
+
+def test_each_choice_of_an_answer_maps_to_the_tokens_that_spell_it(predictor):
+    item = tasks.make_split("team", "test", 40)[0]
+    text = f"The {'leader' if item.count == 1 else 'team'} is {' and '.join(item.offered[:item.count])}."
+    text_back, spans = token_spans(predictor.tokenizer, predictor.tokenizer(text, add_special_tokens=False)["input_ids"])
+    slots = choice_positions("team", text_back, spans)
+    assert [name for name, _ in slots] == list(item.offered[:item.count])
+    for name, positions in slots:
+        assert "".join(text_back[a:b] for a, b in (spans[p] for p in positions)).strip() == name
+    assert choice_positions("team", "The leader is", spans) is None             # not an answer sentence
+
+
+def test_a_repeat_committed_by_one_step_is_a_parallel_break_and_one_made_later_is_the_models_own(predictor):
+    item = next(i for i in tasks.make_split("pick", "test", 40) if i.count == 2)
+    first = item.offered[0]
+    text = f"I pick {first} and {first}."
+    assert not tasks.check(item, text)
+
+    def one_step(slots):                  # every token at step 1 except the choices, committed together at step 0
+        positions = {p for slot in slots for p in slot}
+        return {p: 0 if p in positions else 1 for p in range(len(predictor.tokenizer(text, add_special_tokens=False)
+                                                                   ["input_ids"]))}
+
+    trace, slots = _decoded(predictor, item, text, one_step)
+    assert clash(item, slots) == ("repeat", slots[0][1] + slots[1][1])
+    found = read(predictor, item, trace)
+    assert (found["right"], found["kind"], found["together"], found["step"]["index"]) == (False, "repeat", True, 0)
+    assert "".join(found["step"]["tokens"]).replace("Ġ", "").replace(" ", "") == first + first
+
+    def one_at_a_time(slots):             # each token its own step: the second choice saw the first
+        return {p: p for p in range(len(predictor.tokenizer(text, add_special_tokens=False)["input_ids"]))}
+
+    trace, _ = _decoded(predictor, item, text, one_at_a_time)
+    assert read(predictor, item, trace)["together"] is False
+
+
+def test_a_mixture_of_two_people_is_named_as_one_not_offered(predictor):
+    item = next(i for i in tasks.make_split("team", "test", 40) if i.count == 1)
+    (a_first, _), (_, b_last) = (name.split() for name in item.offered[:2])
+    text = f"The leader is {a_first} {b_last}."
+    ids = predictor.tokenizer(text, add_special_tokens=False)["input_ids"]
+    kind, positions = clash(item, choice_positions("team", *token_spans(predictor.tokenizer, ids)))
+    assert kind == "mixed" and len(positions) >= 2
+    assert clash(item, None) == ("malformed", [])
+
+
+def test_the_table_shows_the_break_with_its_step_and_confidences():
+    row = {"family": "pick", "mode": "non-ar", "label": "Top-4 per step", "n": 2, "right": 0, "repeat": 2, "mixed": 0,
+           "malformed": 0, "wrong_together": 2, "right_together": 0,
+           "example": {"text": "I pick bats and bats.", "kind": "repeat", "together": True,
+                       "step": {"index": 3, "phase": "vanilla", "tokens": ["bats", "bats"],
+                                "confidence": [0.49, 0.47]}}}
+    assert ("| pick | non-ar | Top-4 per step | 0/2 | 2 / 0 / 0 | 2 of 2 | 0 of 0 | “I pick bats and bats.”: step 3 "
+            "(vanilla) committed `bats` (0.49) + `bats` (0.47) |") in breaks_markdown([row], "t")
+
+
+def test_breaks_refuses_families_without_choices(capsys):
+    from dico.bench.benchmark import main
+
+    assert main(["breaks", "--families", "word", "--no-progress"]) == 2
+    assert "error: families: breaks reads answers with several valid forms" in capsys.readouterr().err
