@@ -55,8 +55,8 @@ def choose(predictor, families, n_items: int, progress: bool = True) -> tuple[ob
         right = verdicts(item, traces)
         naive_wrong += not right[NAIVE]
         if not right[NAIVE] and all(ok for i, ok in enumerate(right) if i != NAIVE):
-            shown.append((traces[3].answer_nfe or 10**6, traces[2].answer_nfe or 10**6, len(item.prompt),
-                          len(shown), item, traces))
+            soonest = [next(t.answer_nfe for t in traces if t.method == m) for m in ("dico", "fast")]
+            shown.append((*soonest, len(item.prompt), len(shown), item, traces))
     if not shown:
         raise SystemExit(f"no item of {', '.join(families)} (first {n_items} each) shows the lesson: naive top-k "
                          f"was wrong on {naive_wrong} of {len(items)}, never with the other lanes all right")

@@ -9,8 +9,8 @@ from dico.trace import Trace
 from dico_ui import about, examples
 
 
-def _trace(label, text, nfe, answer_nfe=None, prompt="p"):
-    trace = Trace(model="m", method="vanilla", mode="non-ar", settings={}, prompt=prompt, prompt_length=1,
+def _trace(label, text, nfe, answer_nfe=None, prompt="p", method="vanilla"):
+    trace = Trace(model="m", method=method, mode="non-ar", settings={}, prompt=prompt, prompt_length=1,
                   gen_length=96, block_length=None, text=text, nfe=nfe, label=label)
     trace.answer_nfe = answer_nfe if answer_nfe is not None else nfe
     return trace
@@ -23,9 +23,9 @@ def _race(answers):
     """A fake race: per prompt, each lane's text and DiCo's answer step."""
     def race_traces(predictor, prompt, lanes=examples.LESSON_LANES):
         texts, dico_answer = answers[prompt]
-        return [_trace(label, text, nfe, dico_answer if label == "DiCo" else None, prompt)
-                for label, text, nfe in zip(("Vanilla", "Top-4 per step", "Fast-dLLM", "DiCo"), texts,
-                                            (96, 24, 6, 9))]
+        return [_trace(label, text, nfe, dico_answer if method == "dico" else None, prompt, method)
+                for label, method, text, nfe in zip(("Vanilla", "Top-4 per step", "Fast-dLLM", "DiCo"),
+                                                    ("vanilla", "topk", "fast", "dico"), texts, (96, 24, 6, 9))]
     return race_traces
 
 
