@@ -76,12 +76,13 @@ def test_a_mixture_of_two_people_is_named_as_one_not_offered(predictor):
 
 
 def test_the_table_shows_the_break_with_its_step_and_confidences():
-    row = {"family": "pick", "mode": "non-ar", "label": "Top-4 per step", "n": 2, "right": 0, "repeat": 2, "mixed": 0,
+    row = {"family": "pick", "mode": "non-ar", "label": "Top-4 per step", "n": 2, "right": 0, "nfe_mean": 24.0,
+           "repeat": 2, "mixed": 0,
            "malformed": 0, "wrong_together": 2, "right_together": 0,
            "example": {"text": "I pick bats and bats.", "kind": "repeat", "together": True,
                        "step": {"index": 3, "phase": "vanilla", "tokens": ["bats", "bats"],
                                 "confidence": [0.49, 0.47]}}}
-    assert ("| pick | non-ar | Top-4 per step | 0/2 | 2 / 0 / 0 | 2 of 2 | 0 of 0 | “I pick bats and bats.”: step 3 "
+    assert ("| pick | non-ar | Top-4 per step | 0/2 [0-66%] | 24.0 | 2 / 0 / 0 | 2 of 2 | 0 of 0 | “I pick bats and bats.”: step 3 "
             "(vanilla) committed `bats` (0.49) + `bats` (0.47) |") in breaks_markdown([row], "t")
 
 

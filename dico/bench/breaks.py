@@ -17,7 +17,7 @@ import re
 import sys
 import time
 
-from dico.bench.benchmark import QUICK_ITEMS, _items, _modes, _report, machine, training_step
+from dico.bench.benchmark import QUICK_ITEMS, _items, _modes, _report, machine, training_step, wilson
 from dico.embedded import tasks
 from dico.embedded.picks import _FRAMES, chosen
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, SEMI_AR
@@ -109,11 +109,13 @@ def breaks(predictor, families, modes, n_items: int, lanes=LANES, gen_length: in
                 runs = decode_batch(predictor, [item.prompt for item in items], method, batch_size=batch_size,
                                     mode=mode, gen_length=gen_length,
                                     block_length=DEFAULT_BLOCK_LENGTH if mode == SEMI_AR else None, settings=settings)
-                found = [read(predictor, item, trace) for item, trace in zip(items, drain(runs, lambda: bar.update(1)))]
+                traces = drain(runs, lambda: bar.update(1))
+                found = [read(predictor, item, trace) for item, trace in zip(items, traces)]
                 wrong = [f for f in found if not f["right"]]
                 example = next((f for f in wrong if f["together"]), None) or next(iter(wrong), None)
                 rows.append({"family": family, "mode": mode, "label": label, "method": method, "settings": settings,
                              "n": len(found), "right": len(found) - len(wrong),
+                             "nfe_mean": round(sum(t.nfe for t in traces) / len(traces), 2),
                              **{kind: sum(f["kind"] == kind for f in wrong) for kind in ("repeat", "mixed",
                                                                                         "malformed")},
                              "wrong_together": sum(f["together"] for f in wrong),
@@ -124,9 +126,9 @@ def breaks(predictor, families, modes, n_items: int, lanes=LANES, gen_length: in
 
 
 def breaks_markdown(rows: list[dict], title: str) -> str:
-    lines = [f"**{title}**", "", "| family | mode | lane | right | wrong: repeat / mixed / malformed | wrong, clashing "
-             "tokens committed by one step | right, 2+ choice tokens committed by one step | a break |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [f"**{title}**", "", "| family | mode | lane | right [95%] | passes | wrong: repeat / mixed / malformed | "
+             "wrong, clashing tokens committed by one step | right, 2+ choice tokens committed by one step | a break |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         example, wrong = r["example"], r["n"] - r["right"]
         said = "—"
@@ -136,7 +138,9 @@ def breaks_markdown(rows: list[dict], title: str) -> str:
                 s = example["step"]
                 said += (f": step {s['index']} ({s['phase']}) committed " + " + ".join(
                     f"`{t.strip()}` ({c:.2f})" for t, c in zip(s["tokens"], s["confidence"])))
-        lines.append(f"| {r['family']} | {r['mode']} | {r['label']} | {r['right']}/{r['n']} | {r['repeat']} / "
+        low, high = wilson(r["right"], r["n"])
+        lines.append(f"| {r['family']} | {r['mode']} | {r['label']} | {r['right']}/{r['n']} [{100 * low:.0f}-"
+                     f"{100 * high:.0f}%] | {r['nfe_mean']:.1f} | {r['repeat']} / "
                      f"{r['mixed']} / {r['malformed']} | {r['wrong_together']} of {wrong} | {r['right_together']} of "
                      f"{r['right']} | {said} |")
     return "\n".join(lines)
