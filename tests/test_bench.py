@@ -136,7 +136,7 @@ def test_a_long_run_killed_halfway_goes_on_from_its_saved_parts(tmp_path, monkey
     """Table 1 at gen 256 takes hours here: each finished (family, length, mode) part is saved, a rerun decodes only
     the parts missing, and a part saved under other weights or settings is decoded again."""
     import dico
-    from dico.bench import benchmark
+    from dico.bench import benchmark, parts
     from dico.bench.parts import Parts, weights_id
 
     predictor = dico.load_model(attention=False)
@@ -154,12 +154,12 @@ def test_a_long_run_killed_halfway_goes_on_from_its_saved_parts(tmp_path, monkey
     monkeypatch.setattr(benchmark, "run", counted_run)
     stop_after_one = True
     with pytest.raises(KeyboardInterrupt):
-        benchmark.run_parts(None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2, parts=Parts(tmp_path, key),
+        parts.run_parts(None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2, parts=Parts(tmp_path, key),
                             predictor=predictor, progress=False)
     assert decoded == [(("word",), ("non-ar",))] and len(list(tmp_path.glob("part-*.json"))) == 1
 
     stop_after_one = False
-    rows, how = benchmark.run_parts(None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2,
+    rows, how = parts.run_parts(None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2,
                                     parts=Parts(tmp_path, key), predictor=predictor, progress=False)
     assert decoded[1:] == [(("word",), ("semi-ar",))]                   # only the missing part decoded
     assert (how["parts"], how["parts_resumed"]) == (2, 1) and how["decode_seconds"] >= 0
@@ -168,7 +168,7 @@ def test_a_long_run_killed_halfway_goes_on_from_its_saved_parts(tmp_path, monkey
     assert strip(rows) == strip(whole)                                  # the same rows as one uninterrupted run
 
     del decoded[:]
-    benchmark.run_parts(None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2,
+    parts.run_parts(None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2,
                         parts=Parts(tmp_path, {**key, "weights": "sha256:other"}), predictor=predictor, progress=False)
     assert len(decoded) == 2                                            # other weights: nothing reused
     assert weights_id(None).startswith("sha256:") and weights_id("GSAI-ML/LLaDA-8B-Instruct") == \

@@ -1,4 +1,6 @@
-"""Finished parts of a long benchmark run, saved as each finishes, so a rerun of the same command skips them.
+"""Finished parts of a long benchmark run, saved as each finishes, so a rerun of the same command skips them; and
+``run_parts``, which decodes Table 1 or an ablation a (family, length, mode) part at a time: in parallel processes,
+resuming from saved parts, or both.
 
 Table 1 at gen 256 with 200 items a family takes hours on a CPU; a session (or a Space) that stops halfway keeps
 what it finished. A part is saved under a key naming everything its rows depend on that a command line can change:
@@ -13,7 +15,10 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
+
+from dico.bench import benchmark
 
 
 def weights_id(model: str | None) -> str:
@@ -70,3 +75,69 @@ class Parts:
         with os.fdopen(fd, "w") as fh:
             json.dump({"key": self._key(part), "seconds": round(seconds, 1), "rows": rows}, fh, indent=1)
         os.replace(tmp, path)
+
+
+def run_parts(model, configs, families, modes, n_items: int, lengths, batch_size: int, jobs: int = 1,
+              parts=None, predictor=None, progress: bool = True) -> tuple[list[dict], dict]:
+    """``run``'s rows, decoded one (family, length, mode) part at a time, and how: the parts, how many came from
+    ``parts`` and the decoding seconds of all of them (one process each, summed).
+
+    With ``jobs > 1`` each part runs in its own process: on a CPU the forward pass is compute-bound, so batching
+    gains little there, while a process per core decodes in parallel. With ``parts`` (a ``dico.bench.parts.Parts``)
+    each finished part is saved as it finishes and a part saved earlier under the same key is not decoded again,
+    so a long run killed halfway goes on where it stopped. Ratios stay within a part (Vanilla is in each)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from tqdm import tqdm
+
+    order = [(family, pair, mode) for family in families for pair in lengths for mode in modes]   # run's row order
+    done = {part: parts.get(_part_key(part)) for part in order} if parts else {}
+    done = {part: rows for part, rows in done.items() if rows is not None}
+    seconds = {part: parts.seconds(_part_key(part)) for part in done}
+    todo = sorted((p for p in order if p not in done), key=lambda part: -part[1][0])   # longest generation first
+    if done and progress:
+        print(f"resuming: {len(done)} of {len(order)} parts already decoded in {parts.folder}", flush=True)
+
+    def finish(part, rows, took):
+        done[part], seconds[part] = rows, took
+        if parts:
+            parts.put(_part_key(part), rows, took)
+
+    if jobs > 1 and todo:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_part, model, configs, (family,), (mode,), n_items, (pair,), batch_size):
+                       (family, pair, mode) for family, pair, mode in todo}
+            for future in tqdm(as_completed(futures), total=len(todo), desc="bench parts", disable=not progress):
+                finish(futures[future], *future.result())
+    for family, pair, mode in (todo if jobs <= 1 else ()):
+        start = time.perf_counter()
+        rows = benchmark.run(predictor, configs, (family,), (mode,), n_items, (pair,), batch_size,
+                             progress=progress)
+        finish((family, pair, mode), rows, time.perf_counter() - start)
+    resumed = len(order) - len(todo)
+    return [row for part in order for row in done[part]], {"parts": len(order), "parts_resumed": resumed,
+                                                            "decode_seconds": round(sum(seconds.values()))}
+
+
+def _part_key(part) -> dict:
+    family, (gen, block), mode = part
+    return {"family": family, "gen_length": gen, "block_length": block, "mode": mode}
+
+
+_PREDICTORS: dict = {}
+
+
+def _part(model, *args) -> tuple[list[dict], float]:
+    """One process's part of ``run_parts``: its own model (loaded once per process), one torch thread; its rows
+    and the seconds they took."""
+    import torch
+
+    from dico.models import load_model
+
+    torch.set_num_threads(1)
+    if model not in _PREDICTORS:
+        _PREDICTORS[model] = load_model(model, attention=False)
+    start = time.perf_counter()
+    rows = benchmark.run(_PREDICTORS[model], *args, progress=False)
+    return rows, time.perf_counter() - start
