@@ -274,7 +274,18 @@ def main(argv=None) -> int:
     sys.argv = ["lm-eval", *lm_eval_argv(args, rest)]
     cli = HarnessCLI()
     cli.execute(cli.parse_args())
+    _leave_process_group()           # after every rank's work: an error above ends the process as it is
     return 0
+
+
+def _leave_process_group() -> None:
+    """Under ``accelerate launch`` the ranks joined a gloo/NCCL group; a process that exits with the group alive can
+    die in its threads' teardown ("terminate called without an active exception", seen once in a test run here)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
