@@ -9,7 +9,8 @@ import sys
 import time
 
 from dico.embedded import tasks
-from dico.bench.benchmark import FULL_ITEMS, LENGTHS, QUICK_ITEMS, _lengths, _report, machine, training_step, wilson
+from dico.bench.benchmark import (FULL_ITEMS, LENGTHS, QUICK_ITEMS, _families, _items, _lengths, _modes, _report,
+                                  machine, training_step, wilson)
 from dico.lanes import default_label
 from dico.settings import METHODS, SEMI_AR
 
@@ -108,19 +109,13 @@ def cache_main(args, argv) -> int:
     n_items = args.items or (QUICK_ITEMS if args.quick else FULL_ITEMS)
     try:
         lengths = _lengths(args.lengths) if args.lengths else (LENGTHS[:1] if args.quick else LENGTHS)
-        if not 1 <= n_items <= tasks.TEST_SIZE:
-            raise ValueError(f"items: must be in 1..{tasks.TEST_SIZE}, got {n_items}")
-        families = tuple(f for f in args.families.split(",") if f)
-        unknown = [f for f in families if f not in tasks.FAMILIES]
-        if unknown:
-            raise ValueError(f"families: unknown family {unknown[0]!r}; choose from {', '.join(tasks.FAMILIES)}")
+        _items(n_items)
+        families = _families(args.families)
         refreshes = tuple(r.strip() for r in args.refresh.split(",") if r.strip())
         if not refreshes or not all(r.isdigit() for r in refreshes):
             raise ValueError(f"refresh: comma-separated passes between refreshes, each 0 or more, got {args.refresh!r}")
         refreshes = tuple(map(int, refreshes))
-        modes = tuple(m for m in args.modes.split(",") if m)
-        if not modes or set(modes) - {mode for mode, _ in CACHE_SERVES}:
-            raise ValueError(f"modes: choose from {', '.join(sorted({m for m, _ in CACHE_SERVES}))}, got {args.modes!r}")
+        modes = _modes(args.modes)
         predictor = load_model(args.model, attention=False)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
