@@ -2,8 +2,10 @@
 comes from) and the settings tables generated from the same Specs as the controls."""
 from __future__ import annotations
 
+import functools
 import json
 import string
+from pathlib import Path
 
 from dico.models import EMBEDDED_NAME
 from dico.settings import settings_table
@@ -38,7 +40,8 @@ def example_item(prompt: str):
     from dico.embedded import tasks
 
     try:
-        example = next(e for e in json.loads(EXAMPLES.read_text())["examples"] if e.get("prompt") == prompt)
+        stat = EXAMPLES.stat()
+        example = next(e for e in _examples(EXAMPLES, stat.st_mtime_ns, stat.st_size) if e.get("prompt") == prompt)
         if example.get("family") not in tasks.FAMILIES or not example.get("target"):
             return None
         return tasks.Item(example["family"], prompt, "", str(example["target"]),
@@ -63,6 +66,12 @@ def judged(traces: list[Trace]) -> str:
         said.append("Right: " + ", ".join(f"**{clean(t.label)}** in {t.nfe} steps" for t in right) + ".")
     said += [f"**{clean(t.label)}** answered “{clean(t.text.strip())}”: wrong, in {t.nfe} steps." for t in wrong]
     return " ".join(said)
+
+
+@functools.lru_cache(maxsize=2)
+def _examples(path: Path, mtime_ns: int, size: int) -> tuple[dict, ...]:
+    """The examples file, read once per version of it (every finished run asks; the file rarely changes)."""
+    return tuple(json.loads(path.read_text())["examples"])
 
 
 def settings_tables() -> str:

@@ -91,3 +91,20 @@ def test_breaks_refuses_families_without_choices(capsys):
 
     assert main(["breaks", "--families", "word", "--no-progress"]) == 2
     assert "error: families: breaks reads answers with several valid forms" in capsys.readouterr().err
+
+
+def test_cells_in_processes_give_the_rows_of_one_process(predictor, tmp_path):
+    """``--jobs 2`` decodes each (family, mode) cell in its own process; greedy decoding makes the rows the same,
+    in the same order."""
+    import json
+
+    from dico.bench.benchmark import main
+    from dico.bench.breaks import breaks
+
+    args = ["breaks", "--families", "team", "--items", "2", "--no-progress", "--batch-size", "2"]
+    assert main(args + ["--jobs", "2", "--json", str(tmp_path / "b.json")]) == 0
+    rows = json.loads((tmp_path / "b.json").read_text())["rows"]
+    expected = breaks(predictor, ("team",), ("non-ar", "semi-ar"), 2, batch_size=2, progress=False)
+    assert [(r["mode"], r["label"], r["right"], r["nfe_mean"]) for r in rows] == \
+        [(r["mode"], r["label"], r["right"], r["nfe_mean"]) for r in expected]
+    assert main(["breaks", "--jobs", "0", "--no-progress"]) == 2

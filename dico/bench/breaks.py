@@ -1,7 +1,7 @@
 """Which commits broke an answer (issue 26), ``python -m dico.bench breaks``: on items with several valid answers (pick
 and team), each method's wrong answers read from their traces.
 
-    python -m dico.bench breaks --items 40 --json assets/bench/breaks.json --markdown assets/bench/breaks.md
+    python -m dico.bench breaks --items 200 --jobs 2 --json assets/bench/breaks.json --markdown assets/bench/breaks.md
 
 An answer names its choices ("I pick bats and drums."; "The leader is Tara Bond."). A wrong one repeats a choice
 ("bats and bats"), names one that was not offered (pieces of two: "car" + "ts", "Tara" + "Dean") or is not an answer
@@ -163,15 +163,51 @@ def breaks_main(args, argv) -> int:
         from dico.models import load_model
 
         torch.set_num_threads(1)
+        if args.jobs < 1:
+            raise ValueError(f"jobs: must be >= 1, got {args.jobs}")
         predictor = load_model(args.model, attention=False)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     where, start = machine(), time.time()
     title = f"Which commits broke an answer: gen {DEFAULT_GEN_LENGTH}, {n_items} held-out items per family"
+    where += f", {args.jobs} processes of 1 torch thread" if args.jobs > 1 else ""
     print(f"{title}: model {predictor.name}, on {where}", flush=True)
-    rows = breaks(predictor, families, modes, n_items, batch_size=args.batch_size, progress=not args.no_progress)
+    if args.jobs > 1:
+        rows = _in_processes(args.model, families, modes, n_items, args.batch_size, args.jobs,
+                             progress=not args.no_progress)
+    else:
+        rows = breaks(predictor, families, modes, n_items, batch_size=args.batch_size, progress=not args.no_progress)
     _report(args, argv, breaks_markdown(rows, title), start, {
         "title": title, "model": predictor.name, "model_step": training_step(args.model), "machine": where,
         "rows": rows})
     return 0
+
+
+_PREDICTORS: dict = {}
+
+
+def _cell(model, family: str, mode: str, n_items: int, batch_size: int) -> list[dict]:
+    """One process's (family, mode) cell: its own model, loaded once per process, one torch thread."""
+    import torch
+
+    from dico.models import load_model
+
+    torch.set_num_threads(1)
+    if model not in _PREDICTORS:
+        _PREDICTORS[model] = load_model(model, attention=False)
+    return breaks(_PREDICTORS[model], (family,), (mode,), n_items, batch_size=batch_size, progress=False)
+
+
+def _in_processes(model, families, modes, n_items: int, batch_size: int, jobs: int, progress: bool) -> list[dict]:
+    """``breaks``' rows with each (family, mode) cell decoded in its own process (``--jobs``): on a compute-bound
+    CPU a process per core decodes in parallel. Rows come back in ``breaks``' order."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tqdm import tqdm
+
+    cells = [(family, mode) for family in families for mode in modes]
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_cell, model, family, mode, n_items, batch_size) for family, mode in cells]
+        return [row for future in tqdm(futures, desc="breaks cells", disable=not progress) for row in future.result()]

@@ -55,19 +55,17 @@ class Parts:
         name = hashlib.sha256(json.dumps(self._key(part), sort_keys=True).encode()).hexdigest()[:16]
         return self.folder / f"part-{name}.json"
 
-    def get(self, part) -> list[dict] | None:
+    def load(self, part) -> tuple[list[dict], float] | None:
+        """A saved part's rows and the decoding seconds it took when it ran (None if not finished under this key)."""
         try:
             saved = json.loads(self._path(part).read_text())
         except (OSError, ValueError):
             return None
-        return saved["rows"] if saved.get("key") == self._key(part) else None
+        return (saved["rows"], float(saved.get("seconds", 0.0))) if saved.get("key") == self._key(part) else None
 
-    def seconds(self, part) -> float:
-        """The decoding time a saved part took when it ran (0 if not saved)."""
-        try:
-            return float(json.loads(self._path(part).read_text()).get("seconds", 0.0))
-        except (OSError, ValueError):
-            return 0.0
+    def get(self, part) -> list[dict] | None:
+        loaded = self.load(part)
+        return loaded[0] if loaded else None
 
     def put(self, part, rows: list[dict], seconds: float) -> None:
         path = self._path(part)
@@ -92,9 +90,10 @@ def run_parts(model, configs, families, modes, n_items: int, lengths, batch_size
     from tqdm import tqdm
 
     order = [(family, pair, mode) for family in families for pair in lengths for mode in modes]   # run's row order
-    done = {part: parts.get(_part_key(part)) for part in order} if parts else {}
-    done = {part: rows for part, rows in done.items() if rows is not None}
-    seconds = {part: parts.seconds(_part_key(part)) for part in done}
+    loaded = {part: parts.load(_part_key(part)) for part in order} if parts else {}
+    loaded = {part: saved for part, saved in loaded.items() if saved is not None}
+    done = {part: rows for part, (rows, _) in loaded.items()}
+    seconds = {part: took for part, (_, took) in loaded.items()}
     todo = sorted((p for p in order if p not in done), key=lambda part: -part[1][0])   # longest generation first
     if done and progress:
         print(f"resuming: {len(done)} of {len(order)} parts already decoded in {parts.folder}", flush=True)
