@@ -20,11 +20,11 @@ from dico.trace import bundle_json
 from dico_ui.handlers import EXAMPLE_RUN
 from dico_ui.models import get_predictor, warm_up
 from dico_ui.race import race
-from dico_ui.request import RunRequest
+from dico_ui.request import DEFAULT_METHODS, RunRequest
 from dico_ui.text import EXAMPLES
 
 # The lanes of the run the page opens on: the paper's Figure 1 (naive top-k) beside the methods that avoid it.
-LESSON_LANES = ["vanilla", {"method": "topk", "settings": {"k": 4}}, "fast", "dico"]
+LESSON_LANES = list(DEFAULT_METHODS)         # the page's default race: Vanilla, naive top-k, Fast-dLLM, DiCo
 NAIVE = 1                                   # LESSON_LANES' index of the lane that is meant to break
 
 

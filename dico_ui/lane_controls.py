@@ -11,13 +11,12 @@ import gradio as gr
 
 from dico.lanes import KNOBS, MAX_LANES
 from dico.settings import METHOD_LABELS, METHODS, SETTINGS, specs
-from dico_ui.request import DEFAULT_METHODS
+from dico_ui.request import DEFAULT_METHODS, TOPK4
 
-TOPK4 = {"method": "topk", "settings": {"k": 4}}
 PRESETS = {
-    "Vanilla, Fast-dLLM, DiCo": list(DEFAULT_METHODS),
+    "Vanilla, Top-4 per step, Fast-dLLM, DiCo": list(DEFAULT_METHODS),
+    "Vanilla, Fast-dLLM, DiCo": ["vanilla", "fast", "dico"],
     "Vanilla vs Top-4 per step": ["vanilla", TOPK4],
-    "Vanilla, Top-4 per step, Fast-dLLM, DiCo": ["vanilla", TOPK4, "fast", "dico"],
     "Top-k per step, k = 1, 2, 4, 8": [{"method": "topk", "settings": {"k": k}} for k in (1, 2, 4, 8)],
     "Fast-dLLM 0.95 vs 0.7": [{"method": "fast", "label": "Fast-dLLM 0.95", "settings": {"threshold": 0.95}},
                               {"method": "fast", "settings": {"threshold": 0.7}}],

@@ -289,9 +289,9 @@ def test_the_page_opens_on_the_shipped_example_run(app_module):
     out = h.first_impression()
     result = dict(zip(h.RESULTS, out[:-1]))
     assert out[-1] == result["traces"][0].prompt
-    assert [t.method for t in result["traces"]] == ["vanilla", "fast", "dico"]
+    assert [t.label for t in result["traces"]] == ["Vanilla", "Top-4 per step", "Fast-dLLM", "DiCo"]
     assert all(result[name] is not None for name in ("trajectory", "phases", "side_by_side", "attention"))
-    assert "finished example run" in result["status"] and lanes(result["answers"]) == 3
+    assert "finished example run" in result["status"] and lanes(result["answers"]) == 4
 
 
 def test_the_shipped_example_run_is_what_the_decoder_does(predictor, logit_noise):

@@ -1,5 +1,7 @@
 """The shipped model: loads offline like a hub model and solves a held-out word problem."""
 
+import re
+
 import pytest
 
 import dico
@@ -60,10 +62,11 @@ def test_no_word_is_unknown_and_an_answer_with_a_name_never_seen_is_right(predic
     assert "zebras" in trace.text and tasks.extract_answer(trace.text) == "8", trace.text
 
 
-@pytest.mark.xfail(strict=True, reason="a rare name of 7 BPE pieces is cut short in this prompt (the card: 20 of "
-                                       "20 long names copied whole by Vanilla non-AR in another, 17 of 20 by DiCo)")
+@pytest.mark.xfail(strict=True, reason="a rare name of 7 BPE pieces is mangled in this prompt (step 51,075: cut to "
+                                       "'Quetzal'; step 76,415: 'Quetzalinaetalzalina'); the card's long names: README")
 def test_a_long_name_never_seen_is_copied_whole(predictor):
-    assert "Quetzalina" in dico.generate(predictor, QUETZALINA, "vanilla", gen_length=96).text
+    text = dico.generate(predictor, QUETZALINA, "vanilla", gen_length=96).text
+    assert re.search(r"\bQuetzalina\b", text), text
 
 
 def test_attention_capture_on_the_embedded_model(predictor):

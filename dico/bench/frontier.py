@@ -2,7 +2,7 @@
 family and mode, and accuracy (95% interval) read against forward passes.
 
     python -m dico.bench frontier --json assets/bench/frontier.json --markdown assets/bench/frontier.md
-    python -m dico.bench frontier --items 10 --families pick,word --model assets/dico-tiny-lesson
+    python -m dico.bench frontier --items 10 --families pick,word
     python -m visuals.export assets/bench/frontier.json assets/bench/frontier.png    # the figure, README's image
 
 Naive top-k (k tokens a step by confidence: the paper's Figure 1, Observation I) beside Fast-dLLM's threshold and

@@ -36,7 +36,7 @@ def task_shape(prompt: str) -> str | None:
 
 def trained_families(log: dict) -> tuple[str, ...]:
     """The task families a model folder's train_log.json says it was trained on: its run's ``--mix``, else word
-    problems and lists (the shipped model predates pick and team)."""
+    problems and lists (a model trained before pick and team existed)."""
     mix = (log.get("args") or {}).get("mix")
     return tuple(family for family, _ in mix) if mix else NUMBER_FAMILIES
 
