@@ -2,17 +2,14 @@
 comes from) and the settings tables generated from the same Specs as the controls."""
 from __future__ import annotations
 
-import functools
-import json
 import string
-from pathlib import Path
 
 from dico.models import EMBEDDED_NAME
 from dico.settings import settings_table
 from dico.trace import BUNDLE_SCHEMA, Trace
 from dico_ui import render
 from dico_ui.request import CONTROLS, group_label
-from dico_ui.text import EXAMPLES, clean, prose
+from dico_ui.text import clean, example_item, prose
 
 
 def about_text(traces: list[Trace], outside: str = "") -> str:
@@ -35,21 +32,6 @@ def about_text(traces: list[Trace], outside: str = "") -> str:
     return string.Template(prose("about.md")).safe_substitute(values)
 
 
-def example_item(prompt: str):
-    """The task item of a shipped example with a checker (its family's, ``dico.embedded.tasks``), else None."""
-    from dico.embedded import tasks
-
-    try:
-        stat = EXAMPLES.stat()
-        example = next(e for e in _examples(EXAMPLES, stat.st_mtime_ns, stat.st_size) if e.get("prompt") == prompt)
-        if example.get("family") not in tasks.FAMILIES or not example.get("target"):
-            return None
-        return tasks.Item(example["family"], prompt, "", str(example["target"]),
-                          offered=tuple(example.get("offered", ())), count=int(example.get("count", 0)))
-    except (OSError, ValueError, KeyError, TypeError, StopIteration):
-        return None
-
-
 def judged(traces: list[Trace]) -> str:
     """For a shipped example, which lanes answered right, by the example's own checker: the lesson in words."""
     from dico.embedded import tasks
@@ -66,12 +48,6 @@ def judged(traces: list[Trace]) -> str:
         said.append("Right: " + ", ".join(f"**{clean(t.label)}** in {t.nfe} steps" for t in right) + ".")
     said += [f"**{clean(t.label)}** answered “{clean(t.text.strip())}”: wrong, in {t.nfe} steps." for t in wrong]
     return " ".join(said)
-
-
-@functools.lru_cache(maxsize=2)
-def _examples(path: Path, mtime_ns: int, size: int) -> tuple[dict, ...]:
-    """The examples file, read once per version of it (every finished run asks; the file rarely changes)."""
-    return tuple(json.loads(path.read_text())["examples"])
 
 
 def settings_tables() -> str:

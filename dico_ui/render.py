@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from dico.settings import METHOD_LABELS
 from dico.trace import END_TEXTS, Trace
-from dico_ui.text import clean, isolated
+from dico_ui.text import clean, example_item, isolated
 from visuals import METHOD_COLORS, reference, run_colors
 
 # Viridis stops, the colour scale of the trajectory figure: a token's colour reads the same in both.
@@ -100,9 +100,10 @@ ORDINALS = ("1st", "2nd", "3rd", "4th")
 
 
 def lane_html(trace: Trace, k: int, state: str, token_text=None, rank: int | None = None,
-              color: str | None = None) -> str:
+              color: str | None = None, right: bool | None = None) -> str:
     """One lane's card in the race, headed by its label: its step counter, its answer-complete moment (and its
-    place among the lanes whose answer is complete) and the response at step k."""
+    place among the lanes whose answer is complete), whether a finished answer is right (``right``: None when
+    it cannot be checked) and the response at step k."""
     steps = min(k + 1, len(trace.steps))
     done = answer_complete(trace, k, token_text)
     flags = [f"step <b>{steps}</b>" + (f" of {trace.nfe}" if state == "done" else "")]
@@ -113,6 +114,9 @@ def lane_html(trace: Trace, k: int, state: str, token_text=None, rank: int | Non
         flags.append(f"answer complete at step <b>{done}</b>{place}")
     if state == "done":
         flags.append("finished")
+        if right is not None:
+            flags.append('<span class="verdict right">right</span>' if right else
+                         '<span class="verdict wrong">wrong answer</span>')
     elif state == "stopped":
         flags.append(f"stopped at step {steps}")
     elif state == "decoding":
@@ -130,9 +134,21 @@ def lanes_html(lanes: list[tuple[Trace, int, str]], token_text=None, banner: str
     complete = [answer_complete(t, k, token_text) for t, k, _ in lanes]
     order = sorted({c for c in complete if c is not None})
     colors = run_colors([t for t, _, _ in lanes])
-    cards = "".join(lane_html(t, k, state, token_text, None if c is None else order.index(c), color)
-                    for (t, k, state), c, color in zip(lanes, complete, colors))
+    rights = verdicts(lanes)
+    cards = "".join(lane_html(t, k, state, token_text, None if c is None else order.index(c), color, right)
+                    for (t, k, state), c, color, right in zip(lanes, complete, colors, rights))
     return f'{banner}<div class="race">{cards}</div>{prose("legend.html")}' if lanes else banner
+
+
+def verdicts(lanes: list[tuple[Trace, int, str]]) -> list[bool | None]:
+    """Each finished lane's answer judged by its shipped example's checker (every valid form right, mixtures and
+    repeats wrong): True, False, or None for a lane not finished or a prompt that is not a shipped example."""
+    from dico.embedded import tasks
+
+    finished = [state == "done" for _, _, state in lanes]
+    item = example_item(lanes[0][0].prompt) if any(finished) else None
+    return [tasks.check(item, t.text) if item is not None and done else None
+            for (t, _, _), done in zip(lanes, finished)]
 
 
 # ----------------------------------------------------------------------------- numbers of a run

@@ -12,6 +12,7 @@ pytestmark = pytest.mark.e2e
 expect.set_options(timeout=30_000)   # plotly renders after the data arrives; slow on a busy 2-core machine
 LONG = 180_000     # ms: CI machines can be busy
 LIST_EXAMPLE = 4   # the first list item in assets/examples.json
+DEFAULT_LANES = 4  # Vanilla, Top-4 per step, Fast-dLLM, DiCo (dico_ui.request.DEFAULT_METHODS)
 
 
 def watch(page, app_url, width=1400, height=1000):
@@ -49,12 +50,15 @@ def set_gen_length(page, value):
 def test_the_page_opens_on_a_finished_example_run(watched_page, artifacts):
     page = watched_page
     expect(page).to_have_title("DiCo Explorer")
-    expect(lanes(page)).to_have_count(3)
+    expect(lanes(page)).to_have_count(DEFAULT_LANES)
     expect(page.locator("#status")).to_contain_text("finished example run")
     expect(page.locator("#prompt textarea")).not_to_have_value("")
     for plot in ("trajectory-plot", "phase-plot", "cluster-plot"):
         expect(page.locator(f"#{plot} .js-plotly-plot")).to_be_visible()
     expect(lanes(page).first).to_contain_text("answer complete at step")
+    expect(page.locator("#answers .lane-label")).to_have_text(["Vanilla", "Top-4 per step", "Fast-dLLM", "DiCo"])
+    expect(page.locator("#answers .verdict.wrong")).to_have_count(1)       # the lesson: naive top-k broke it
+    expect(lanes(page).nth(1).locator(".verdict")).to_have_text("wrong answer")
     expect(page.locator("#model-note")).to_contain_text("dico-tiny on cpu (float32)")
     page.screenshot(path=str(artifacts / "first-impression.png"), full_page=True)
 
@@ -67,10 +71,10 @@ def test_the_race_streams_confidence_coloured_answers_side_by_side(watched_page,
     # While decoding: masked placeholders shaded by confidence, coloured commits, this step's commits outlined.
     page.wait_for_function("""() => { const a = document.querySelector('#answers');
         return a && a.querySelector('.lane .live') && a.querySelector('.tok.mask') && a.querySelector('.tok.new')
-               && a.querySelectorAll('.lane').length === 3; }""", timeout=LONG, polling=20)
+               && a.querySelectorAll('.lane').length === 4; }""", timeout=LONG, polling=20)
     page.locator("#answers").screenshot(path=str(artifacts / "race-live.png"))
     expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
-    expect(lanes(page)).to_have_count(3)
+    expect(lanes(page)).to_have_count(DEFAULT_LANES)
     for i in range(3):
         expect(lanes(page).nth(i)).to_contain_text("answer complete at step")
     colours = page.locator("#answers .lane .tok:not(.mask):not(.pad)").first.evaluate(
@@ -88,7 +92,7 @@ def test_stop_keeps_the_partial_answers_and_run_starts_again(watched_page, artif
     expect(page.locator("#answers .lane .live").first).to_be_visible(timeout=LONG)
     page.locator("#stop").click()
     expect(page.locator("#status")).to_contain_text("Stopped at step", timeout=LONG)
-    expect(lanes(page)).to_have_count(3)
+    expect(lanes(page)).to_have_count(DEFAULT_LANES)
     expect(page.locator("#answers")).to_contain_text("stopped at step")
     expect(page.locator("#answers .live")).to_have_count(0)
     expect(page.locator("#trajectory-plot .js-plotly-plot")).to_be_visible()      # the partial run is drawn
@@ -96,7 +100,7 @@ def test_stop_keeps_the_partial_answers_and_run_starts_again(watched_page, artif
     set_gen_length(page, 16)
     page.locator("#run").click()
     expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
-    expect(lanes(page)).to_have_count(3)
+    expect(lanes(page)).to_have_count(DEFAULT_LANES)
 
 
 def test_the_wait_for_a_decoder_shows_in_the_status(watched_page, app_url, artifacts, wait_until):
@@ -115,14 +119,14 @@ def test_the_wait_for_a_decoder_shows_in_the_status(watched_page, app_url, artif
         for job in busy:
             job.cancel()
     expect(page.locator("#status")).to_contain_text("Stopped before it started", timeout=LONG)
-    expect(lanes(page)).to_have_count(3)                          # the example run is still on screen
+    expect(lanes(page)).to_have_count(DEFAULT_LANES)            # the example run is still on screen
     page.locator("#run").click()
     expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
 
 
 def test_the_page_reads_at_phone_width(page, app_url, artifacts):
     problems = watch(page, app_url, width=390, height=844)
-    expect(lanes(page)).to_have_count(3)
+    expect(lanes(page)).to_have_count(DEFAULT_LANES)
     overflow = page.evaluate("() => document.documentElement.scrollWidth")
     assert overflow <= 392, f"the page is {overflow} px wide at a 390 px viewport"
     page.screenshot(path=str(artifacts / "phone-top.png"))
@@ -167,12 +171,12 @@ def test_a_hub_model_that_cannot_load_says_so_and_the_embedded_model_stays(watch
 
 def test_replay_the_race_from_the_traces_on_screen(watched_page):
     page = watched_page
-    expect(lanes(page)).to_have_count(3)
+    expect(lanes(page)).to_have_count(DEFAULT_LANES)
     page.locator("#speed input").fill("50")
     page.locator("#replay-race").click()
     expect(page.locator("#status")).to_contain_text("Replaying the race", timeout=LONG)
     expect(page.locator("#status")).to_contain_text("(end)", timeout=LONG)
-    expect(lanes(page)).to_have_count(3)
+    expect(lanes(page)).to_have_count(DEFAULT_LANES)
 
 
 def test_a_second_lane_of_one_method_with_another_setting_races_under_its_label(watched_page, artifacts):

@@ -6,7 +6,7 @@ import pytest
 
 from dico.embedded import tasks
 from dico.trace import Trace
-from dico_ui import about, examples
+from dico_ui import about, examples, render, text
 
 
 def _trace(label, text, nfe, answer_nfe=None, prompt="p", method="vanilla"):
@@ -63,7 +63,7 @@ def test_the_about_text_says_which_lanes_answered_a_shipped_example_right(tmp_pa
     shipped.write_text(json.dumps({"examples": [{"prompt": item.prompt, "family": "pick", "target": item.target,
                                                  "offered": list(item.offered), "count": item.count},
                                                 {"prompt": "Write a poem.", "family": "free", "target": None}]}))
-    monkeypatch.setattr(about, "EXAMPLES", shipped)
+    monkeypatch.setattr(text, "EXAMPLES", shipped)
     broken = f"I pick {item.offered[0]} and {item.offered[0]}."
     traces = [_trace("Vanilla", item.answer, 96, prompt=item.prompt),
               _trace("Top-4 per step", broken, 24, prompt=item.prompt),
@@ -76,3 +76,29 @@ def test_the_about_text_says_which_lanes_answered_a_shipped_example_right(tmp_pa
     assert about.judged([_trace("DiCo", "x", 9, prompt="not an example")]) == ""
     shipped.write_text("{broken")
     assert about.judged(traces) == ""                                  # a broken file: the About text without it
+
+
+def test_a_finished_lane_on_a_shipped_example_says_whether_its_answer_is_right(tmp_path, monkeypatch):
+    item = PICKS[0]
+    shipped = tmp_path / "examples.json"
+    shipped.write_text(json.dumps({"examples": [{"prompt": item.prompt, "family": "pick", "target": item.target,
+                                                 "offered": list(item.offered), "count": item.count}]}))
+    monkeypatch.setattr(text, "EXAMPLES", shipped)
+    right = _trace("Vanilla", item.answer, 96, prompt=item.prompt)
+    broken = _trace("Top-4 per step", f"I pick {item.offered[0]} and {item.offered[0]}.", 24, prompt=item.prompt)
+    assert render.verdicts([(right, 95, "done"), (broken, 23, "done"), (right, 3, "decoding")]) == [True, False, None]
+    assert render.verdicts([(_trace("DiCo", item.answer, 9, prompt="not an example"), 8, "done")]) == [None]
+    assert '<span class="verdict wrong">wrong answer</span>' in render.lane_html(broken, 23, "done", right=False)
+    assert "verdict" not in render.lane_html(broken, 23, "done")
+
+
+def test_the_page_opens_on_a_race_where_only_naive_top_k_answers_wrong():
+    """The shipped example run, as the page draws it: Top-4 per step's lane is marked wrong, the others right."""
+    from dico.trace import read_traces
+    from dico_ui.handlers import EXAMPLE_RUN
+
+    traces = read_traces(EXAMPLE_RUN.read_bytes())
+    cards = render.lanes_html([(t, t.nfe - 1, "done") for t in traces])
+    assert [t.name for t in traces] == ["Vanilla", "Top-4 per step", "Fast-dLLM", "DiCo"]
+    assert render.verdicts([(t, t.nfe - 1, "done") for t in traces]) == [True, False, True, True]
+    assert cards.count("verdict right") == 3 and cards.count("verdict wrong") == 1
