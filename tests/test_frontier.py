@@ -29,7 +29,7 @@ def test_each_line_turns_one_knob_and_one_token_a_step_comes_first():
 def test_a_tiny_real_sweep_writes_rows_json_and_markdown(tmp_path):
     out, md = tmp_path / "frontier.json", tmp_path / "frontier.md"
     result = bench("frontier", "--items", "2", "--families", "word", "--gen", "32", "--model", "assets/dico-tiny",
-                   "--json", str(out), "--markdown", str(md), "--no-progress")
+                   "--jobs", "2", "--json", str(out), "--markdown", str(md), "--no-progress")   # a process per mode
     assert result.returncode == 0, result.stderr[-2000:]
     rows, run = read_results(out, FRONTIER_FIELDS)
     assert (run["gen_length"], run["block_length"]) == (32, 32) and run["command"].startswith("python -m dico.bench")
@@ -52,7 +52,7 @@ def test_a_tiny_real_sweep_writes_rows_json_and_markdown(tmp_path):
     (("frontier", "--modes", "ar"), "modes: unknown mode 'ar'"),
     (("frontier", "--items", "100000"), "items: must be in"),
     (("frontier", "--lengths", "96/32"), "the frontier takes --gen"),
-    (("frontier", "--jobs", "2"), "one process"),
+    (("frontier", "--jobs", "0"), "jobs, batch_size: must be >= 1"),
     (("--gen", "96"), "only the frontier takes --gen"),
 ])
 def test_bad_frontier_options_are_refused_with_a_message(args, says):

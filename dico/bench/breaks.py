@@ -13,11 +13,13 @@ right answers in which a step committed two or more choice tokens at once: the p
 """
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import time
 
 from dico.bench.benchmark import QUICK_ITEMS, _items, _modes, _report, machine, training_step, wilson
+from dico.bench.parts import in_processes
 from dico.embedded import tasks
 from dico.embedded.picks import _FRAMES, chosen
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, SEMI_AR
@@ -174,8 +176,9 @@ def breaks_main(args, argv) -> int:
     where += f", {args.jobs} processes of 1 torch thread" if args.jobs > 1 else ""
     print(f"{title}: model {predictor.name}, on {where}", flush=True)
     if args.jobs > 1:
-        rows = _in_processes(args.model, families, modes, n_items, args.batch_size, args.jobs,
-                             progress=not args.no_progress)
+        rows = in_processes(functools.partial(breaks_cell, n_items=n_items, batch_size=args.batch_size), args.model,
+                            [(family, mode) for family in families for mode in modes], args.jobs,
+                            progress=not args.no_progress, desc="breaks cells")
     else:
         rows = breaks(predictor, families, modes, n_items, batch_size=args.batch_size, progress=not args.no_progress)
     _report(args, argv, breaks_markdown(rows, title), start, {
@@ -184,30 +187,7 @@ def breaks_main(args, argv) -> int:
     return 0
 
 
-_PREDICTORS: dict = {}
 
-
-def _cell(model, family: str, mode: str, n_items: int, batch_size: int) -> list[dict]:
-    """One process's (family, mode) cell: its own model, loaded once per process, one torch thread."""
-    import torch
-
-    from dico.models import load_model
-
-    torch.set_num_threads(1)
-    if model not in _PREDICTORS:
-        _PREDICTORS[model] = load_model(model, attention=False)
-    return breaks(_PREDICTORS[model], (family,), (mode,), n_items, batch_size=batch_size, progress=False)
-
-
-def _in_processes(model, families, modes, n_items: int, batch_size: int, jobs: int, progress: bool) -> list[dict]:
-    """``breaks``' rows with each (family, mode) cell decoded in its own process (``--jobs``): on a compute-bound
-    CPU a process per core decodes in parallel. Rows come back in ``breaks``' order."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    from tqdm import tqdm
-
-    cells = [(family, mode) for family in families for mode in modes]
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_cell, model, family, mode, n_items, batch_size) for family, mode in cells]
-        return [row for future in tqdm(futures, desc="breaks cells", disable=not progress) for row in future.result()]
+def breaks_cell(predictor, family: str, mode: str, n_items: int, batch_size: int) -> list[dict]:
+    """One (family, mode) cell's rows: what ``--jobs`` gives each process."""
+    return breaks(predictor, (family,), (mode,), n_items, batch_size=batch_size, progress=False)

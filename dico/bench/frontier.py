@@ -1,7 +1,7 @@
 """The speed-accuracy frontier (issue 26), ``python -m dico.bench frontier``: each method's main knob turned, per task
 family and mode, and accuracy (95% interval) read against forward passes.
 
-    python -m dico.bench frontier --json assets/bench/frontier.json --markdown assets/bench/frontier.md
+    python -m dico.bench frontier --jobs 2 --json assets/bench/frontier.json --markdown assets/bench/frontier.md
     python -m dico.bench frontier --items 10 --families pick,word
     python -m visuals.export assets/bench/frontier.json assets/bench/frontier.png    # the figure, README's image
 
@@ -12,12 +12,14 @@ the same run.
 """
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from dataclasses import dataclass
 
 from dico.bench.benchmark import (FULL_ITEMS, QUICK_ITEMS, Cell, _families, _items, _modes, _report, _row,
                                   decode_cell, machine, training_step)
+from dico.bench.parts import in_processes
 from dico.bench.tables import frontier_markdown
 from dico.embedded import tasks
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, DICO_KNOB, SEMI_AR
@@ -76,6 +78,12 @@ def frontier(predictor, families, modes, n_items: int, gen_length: int = DEFAULT
              "value": point.value} for point, cell in cells]
 
 
+def frontier_cell(predictor, family: str, mode: str, n_items: int, gen_length: int, batch_size: int) -> list[dict]:
+    """One (family, mode) cell's rows, its reference (one token a step) among them: what ``--jobs`` gives each
+    process."""
+    return frontier(predictor, (family,), (mode,), n_items, gen_length, batch_size, progress=False)
+
+
 def _gen(gen_length: int, modes) -> int:
     if gen_length < 1 or gen_length % max(TOPK):
         raise ValueError(f"gen: must be a positive multiple of {max(TOPK)}, so that top-k takes whole steps at every k "
@@ -96,9 +104,9 @@ def frontier_main(args, argv) -> int:
         _gen(gen_length, modes)
         if args.lengths:
             raise ValueError(f"lengths: the frontier takes --gen (semi-AR in blocks of {DEFAULT_BLOCK_LENGTH})")
-        if args.jobs != 1 or args.batch_size < 1:
-            raise ValueError(f"jobs, batch_size: the frontier runs in one process (--jobs 1) and batches its items "
-                             f"(--batch-size >= 1), got {args.jobs}, {args.batch_size}")
+        if args.jobs < 1 or args.batch_size < 1:
+            raise ValueError(f"jobs, batch_size: must be >= 1 (each process decodes whole (family, mode) cells and "
+                             f"batches their items), got {args.jobs}, {args.batch_size}")
         import torch
 
         from dico.models import load_model
@@ -108,12 +116,18 @@ def frontier_main(args, argv) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    where, start = machine(), time.time()
+    where, start = machine() + (f", {args.jobs} processes of 1 torch thread" if args.jobs > 1 else ""), time.time()
     title = f"Speed-accuracy frontier: gen {gen_length}" + (
         f", semi-AR in blocks of {DEFAULT_BLOCK_LENGTH}" if SEMI_AR in modes else "")
     print(f"{title}: model {predictor.name}, {n_items} held-out items per family, {len(sweep(gen_length))} points, "
           f"batch size {args.batch_size}, on {where}", flush=True)
-    rows = frontier(predictor, families, modes, n_items, gen_length, args.batch_size, progress=not args.no_progress)
+    if args.jobs > 1:
+        rows = in_processes(functools.partial(frontier_cell, n_items=n_items, gen_length=gen_length,
+                                              batch_size=args.batch_size), args.model,
+                            [(family, mode) for family in families for mode in modes], args.jobs,
+                            progress=not args.no_progress, desc="frontier cells")
+    else:
+        rows = frontier(predictor, families, modes, n_items, gen_length, args.batch_size, progress=not args.no_progress)
     _report(args, argv, frontier_markdown(rows, title), start, {
         "title": title, "model": predictor.name, "model_step": training_step(args.model), "gen_length": gen_length,
         "block_length": DEFAULT_BLOCK_LENGTH, "batch_size": args.batch_size, "machine": where, "rows": rows})

@@ -127,9 +127,8 @@ def _part_key(part) -> dict:
 _PREDICTORS: dict = {}
 
 
-def _part(model, *args) -> tuple[list[dict], float]:
-    """One process's part of ``run_parts``: its own model (loaded once per process), one torch thread; its rows
-    and the seconds they took."""
+def _predictor(model):
+    """This process's model, loaded once per process, on one torch thread (a process per core)."""
     import torch
 
     from dico.models import load_model
@@ -137,6 +136,30 @@ def _part(model, *args) -> tuple[list[dict], float]:
     torch.set_num_threads(1)
     if model not in _PREDICTORS:
         _PREDICTORS[model] = load_model(model, attention=False)
+    return _PREDICTORS[model]
+
+
+def _part(model, *args) -> tuple[list[dict], float]:
+    """One process's part of ``run_parts``: its rows and the seconds they took."""
+    predictor = _predictor(model)
     start = time.perf_counter()
-    rows = benchmark.run(_PREDICTORS[model], *args, progress=False)
+    rows = benchmark.run(predictor, *args, progress=False)
     return rows, time.perf_counter() - start
+
+
+def _cell(work, model, cell) -> list[dict]:
+    return work(_predictor(model), *cell)
+
+
+def in_processes(work, model, cells: list[tuple], jobs: int, progress: bool = True, desc: str = "cells") -> list[dict]:
+    """The rows of ``work(predictor, *cell)`` for every cell, each cell decoded in one of ``jobs`` processes (on a
+    compute-bound CPU a process per core decodes in parallel), in ``cells``' order. ``work`` is a module-level
+    function or a partial of one, so that it pickles."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tqdm import tqdm
+
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_cell, work, model, cell) for cell in cells]
+        return [row for future in tqdm(futures, desc=desc, disable=not progress) for row in future.result()]
