@@ -49,8 +49,12 @@ METHOD_ROWS = [(default_label(m), m, {}) for m in METHODS]     # every method at
 # Table 1 also decodes DiCo as the authors' release does (dico.settings.AUTHORS_CODE), beside the paper's DiCo.
 AUTHORS_ROW = ("DiCo (authors' code)", "dico", {"authors_code": True})
 TABLE = METHOD_ROWS + [AUTHORS_ROW]
-ABLATION_SCOPE = {"tg": (("word",), ("non-ar",)), "margin": (("word",), MODES),
-                  "seeds": (("word",), ("non-ar",)), "conquer": (("word",), ("non-ar",)), "authors": (("word",), MODES)}
+# Each ablation's families and modes: word problems, and pick and team whose answers several tokens decide together
+# (lists are right with every setting); seeds in both modes, since Divide's seeds break semi-AR teams (issue 26).
+ABLATION_FAMILIES = ("word", "pick", "team")
+ABLATION_SCOPE = {"tg": (ABLATION_FAMILIES, ("non-ar",)), "margin": (ABLATION_FAMILIES, MODES),
+                  "seeds": (ABLATION_FAMILIES, MODES), "conquer": (ABLATION_FAMILIES, ("non-ar",)),
+                  "authors": (ABLATION_FAMILIES, MODES)}
 
 
 def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
