@@ -194,14 +194,16 @@ def training_step(model: str | None) -> int | None:
     return step if isinstance(step, int) else None
 
 
-def machine() -> str:
-    """What the numbers were measured on: they are only comparable within one run on one machine."""
+def machine(jobs: int = 1) -> str:
+    """What the numbers were measured on: they are only comparable within one run on one machine (``jobs``: the
+    decoding processes of a ``--jobs`` run, each on one torch thread)."""
     import os
 
     import torch
 
     return (f"{platform.machine()} {platform.processor() or ''}".strip() +
-            f", {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
+            f", {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}" +
+            (f", {jobs} processes of 1 torch thread" if jobs > 1 else ""))
 
 
 def _families(text: str) -> tuple[str, ...]:
@@ -319,7 +321,7 @@ def main(argv=None) -> int:
         parallel = args.jobs > 1 and args.what != ["throughput"]     # the worker processes load their own model
         predictor = None if parallel else load_model(args.model, attention=False)
         model_name = predictor.name if predictor else (args.model or EMBEDDED_NAME)
-        where = machine() + (f", {args.jobs} processes of 1 torch thread" if args.jobs > 1 else "")
+        where = machine(args.jobs)
         start = time.time()
         if not args.what:
             title += ": gen / block " + ", ".join(f"{g} / {b}" for g, b in lengths)

@@ -171,9 +171,8 @@ def breaks_main(args, argv) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    where, start = machine(), time.time()
+    where, start = machine(args.jobs), time.time()
     title = f"Which commits broke an answer: gen {DEFAULT_GEN_LENGTH}, {n_items} held-out items per family"
-    where += f", {args.jobs} processes of 1 torch thread" if args.jobs > 1 else ""
     print(f"{title}: model {predictor.name}, on {where}", flush=True)
     if args.jobs > 1:
         rows = in_processes(functools.partial(breaks_cell, n_items=n_items, batch_size=args.batch_size), args.model,
@@ -185,7 +184,6 @@ def breaks_main(args, argv) -> int:
         "title": title, "model": predictor.name, "model_step": training_step(args.model), "machine": where,
         "rows": rows})
     return 0
-
 
 
 def breaks_cell(predictor, family: str, mode: str, n_items: int, batch_size: int) -> list[dict]:

@@ -116,7 +116,7 @@ def frontier_main(args, argv) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    where, start = machine() + (f", {args.jobs} processes of 1 torch thread" if args.jobs > 1 else ""), time.time()
+    where, start = machine(args.jobs), time.time()
     title = f"Speed-accuracy frontier: gen {gen_length}" + (
         f", semi-AR in blocks of {DEFAULT_BLOCK_LENGTH}" if SEMI_AR in modes else "")
     print(f"{title}: model {predictor.name}, {n_items} held-out items per family, {len(sweep(gen_length))} points, "
