@@ -42,7 +42,8 @@ class RunRequest:
     mode: str = NON_AR
     gen_length: int = DEFAULT_GEN_LENGTH
     block_length: int | None = DEFAULT_BLOCK_LENGTH
-    methods: list = field(default_factory=lambda: copy.deepcopy(list(DEFAULT_METHODS)))   # per lane: a method or a lane's dict
+    # per lane: a method or a lane's dict (a copy: the default lanes' dicts are shared constants)
+    methods: list = field(default_factory=lambda: copy.deepcopy(list(DEFAULT_METHODS)))
     settings: dict[str, dict] = field(default_factory=dict)     # method -> its lanes' settings (plain values)
     capture_attention: bool = True
 
