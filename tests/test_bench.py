@@ -72,7 +72,8 @@ def test_bench_refuses_bad_requests_with_a_message(args):
     assert result.returncode == 2 and "error:" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("args", [("--refresh", "-1"), ("--refresh", "often"), ("--modes", "sideways")])
+@pytest.mark.parametrize("args", [("--refresh", "-1"), ("--refresh", "often"), ("--modes", "sideways"),
+                                  ("--speed-items", "0")])
 def test_the_cache_bench_refuses_a_bad_refresh_or_mode_naming_it(args, capsys):
     from dico.bench.benchmark import main
 
@@ -111,16 +112,19 @@ def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items(tmp_
     from dico.bench.parts import Parts
 
     cases = cache_cases(((16, 8),))
-    assert {(c[1], c[4]) for c in cases} == set(CACHE_SERVES) and {c[0] for c in cases} == set(METHODS)
+    assert {(c[1], c[4]) for c in cases} == set(CACHE_SERVES.items()) and {c[0] for c in cases} == set(METHODS)
     assert {c[5] for c in cache_cases(((16, 8),), (0, 4))} == {0, 4}
     assert {c[1] for c in cache_cases(((16, 8),), modes=("non-ar",))} == {"non-ar"}
     predictor = dico.load_model(attention=False)
-    cases = [("fast", "semi-ar", 16, 8, "dual", 0), ("topk", "non-ar", 16, None, "delayed", 1)]
+    cases = [("fast", "semi-ar", 16, 8, ("prefix", "dual"), 0), ("topk", "non-ar", 16, None, ("delayed",), 1)]
     rows = cache_bench(predictor, cases, ("word",), 2, progress=False, parts=Parts(tmp_path, {"bench": "cache"}))
     monkeypatch.setattr(dico.loop, "generate", lambda *a, **k: pytest.fail("a saved case was decoded again"))
     assert cache_bench(predictor, cases, ("word",), 2, progress=False,
                        parts=Parts(tmp_path, {"bench": "cache"})) == rows      # a rerun reads the finished case
-    r, every_pass = rows
+    prefix, r, every_pass = rows
+    none = ("accuracy_none", "nfe_none", "token_forwards_none", "tokens_per_s_none")
+    assert [prefix[k] for k in none] == [r[k] for k in none]      # a case's kinds share one decode without a cache
+    assert prefix["cache"] == "prefix" and prefix["token_forwards_cache"] > r["token_forwards_cache"]
     assert (every_pass["cache_refresh"], every_pass["changed"]) == (1, 0)        # refresh 1: exactly no cache
     assert every_pass["nfe_cache"] == every_pass["nfe_none"] and every_pass["accuracy_cache"] == \
         every_pass["accuracy_none"]

@@ -263,8 +263,10 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     parser.add_argument("--refresh", default="0", help="cache only: the accuracy part's cache_refresh values, "
                         "comma-separated (default 0: refresh only at a block start or the first pass)")
-    parser.add_argument("--parts", metavar="DIR", help="Table 1 and ablations: save each finished (family, length, "
-                        "mode) part in DIR; the same command run again skips the parts saved there")
+    parser.add_argument("--speed-items", type=int, default=None, help="cache only: word problems in the speed part "
+                        "(default 40, at most --items)")
+    parser.add_argument("--parts", metavar="DIR", help="Table 1, ablations and cache: save each finished part (a "
+                        "family, length and mode; a cache case) in DIR; the same command run again skips those saved")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 

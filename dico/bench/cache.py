@@ -15,24 +15,27 @@ from dico.lanes import default_label
 from dico.settings import METHODS, SEMI_AR
 
 # The cache benchmark (issue 27). Speed: Fast-dLLM's setting (gen 256, blocks of 32, dual cache) and the delayed
-# cache in non-AR; accuracy: each cache kind in the mode it serves, on Table 1's items and lengths.
-CACHE_SPEED = [(m, SEMI_AR, 256, 32, "dual", 0) for m in ("vanilla", "fast", "dico")] + \
-    [(m, "non-ar", 256, None, "delayed", 0) for m in ("fast", "dico")]
-CACHE_SERVES = ((SEMI_AR, "prefix"), (SEMI_AR, "dual"), ("non-ar", "delayed"))
+# cache in non-AR; accuracy: each cache kind in the mode it serves, on Table 1's items and lengths. A case is
+# (method, mode, gen_length, block_length, cache kinds, cache_refresh): its kinds share one decode without a cache.
+CACHE_SPEED = [(m, SEMI_AR, 256, 32, ("dual",), 0) for m in ("vanilla", "fast", "dico")] + \
+    [(m, "non-ar", 256, None, ("delayed",), 0) for m in ("fast", "dico")]
+CACHE_SERVES = {SEMI_AR: ("prefix", "dual"), "non-ar": ("delayed",)}
+SPEED_ITEMS = 40
 
 
 def cache_cases(lengths=LENGTHS[:1], refreshes=(0,), modes=(SEMI_AR, "non-ar")) -> list[tuple]:
-    """(method, mode, gen_length, block_length, cache, cache_refresh) of the accuracy part: every method, each kind in
-    the mode it serves, at each refresh interval (0: only at a block start or the first pass)."""
-    return [(m, mode, gen, block if mode == SEMI_AR else None, kind, refresh)
-            for gen, block in lengths for refresh in refreshes for mode, kind in CACHE_SERVES if mode in modes
-            for m in METHODS]
+    """The accuracy part's cases: every method with the cache kinds of each mode they serve, at each refresh
+    interval (0: only at a block start or the first pass)."""
+    return [(m, mode, gen, block if mode == SEMI_AR else None, kinds, refresh)
+            for gen, block in lengths for refresh in refreshes for mode, kinds in CACHE_SERVES.items()
+            if mode in modes for m in METHODS]
 
 
 def cache_bench(predictor, cases, families, n_items: int, progress: bool = True, parts=None) -> list[dict]:
-    """Each case decodes every item without and with its cache, interleaved item by item in one process (the order
-    alternating), one prompt at a time: tokens/s, token forwards, accuracy of both, and the share of texts changed.
-    With ``parts`` (``dico.bench.parts.Parts``) each finished case is saved and a case saved earlier is not rerun."""
+    """Each case decodes every item without a cache and with each of its kinds, interleaved item by item in one
+    process (the order rotating), one prompt at a time: tokens/s, token forwards, accuracy of each, and the share
+    of texts a cache changed; one row per kind. With ``parts`` (``dico.bench.parts.Parts``) each finished case is
+    saved and a case saved earlier is not rerun."""
     from tqdm import tqdm
 
     from dico.loop import generate
@@ -41,17 +44,20 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
     rows = []
     bar = tqdm(total=len(cases) * len(items), desc="cache", unit="item", disable=not progress, dynamic_ncols=True)
     for case in cases:
-        method, mode, gen, block, kind, refresh = case
+        method, mode, gen, block, kinds, refresh = case
         saved = parts.get(list(case)) if parts else None
         if saved is not None:
             rows += saved
             bar.update(len(items))
             continue
         case_start = time.perf_counter()
-        sums = {c: dict(wall=0.0, nfe=0, forwards=0, correct=0) for c in ("none", kind)}
-        texts = {}
+        configs = ("none", *kinds)
+        sums = {c: dict(wall=0.0, nfe=0, forwards=0, correct=0) for c in configs}
+        texts = []
         for i, item in enumerate(items):
-            for c in (("none", kind) if i % 2 == 0 else (kind, "none")):
+            turn = i % len(configs)
+            text = {}
+            for c in configs[turn:] + configs[:turn]:
                 start = time.perf_counter()
                 trace = generate(predictor, item.prompt, method, mode=mode, gen_length=gen, block_length=block,
                                  cache=c, cache_refresh=refresh)
@@ -60,26 +66,36 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
                 total["nfe"] += trace.nfe
                 total["forwards"] += trace.token_forwards
                 total["correct"] += tasks.check(item, trace.text)
-                texts.setdefault(i, {})[c] = trace.text
+                text[c] = trace.text
+            texts.append(text)
             bar.update(1)
         n = len(items)
-        plain, cached = sums["none"], sums[kind]
+        plain = sums["none"]
         low, high = wilson(plain["correct"], n)
         tps = {c: n * gen / v["wall"] if v["wall"] else 0.0 for c, v in sums.items()}
-        rows.append({"method": method, "label": default_label(method), "mode": mode, "gen_length": gen,
-                     "block_length": block, "cache": kind, "cache_refresh": refresh, "n": n, "families": list(families),
-                     "accuracy_none": round(plain["correct"] / n, 4), "accuracy_none_low": round(low, 4),
-                     "accuracy_none_high": round(high, 4), "accuracy_cache": round(cached["correct"] / n, 4),
-                     "changed": round(sum(t["none"] != t[kind] for t in texts.values()) / n, 4),
-                     "nfe_none": round(plain["nfe"] / n, 2), "nfe_cache": round(cached["nfe"] / n, 2),
-                     "token_forwards_none": round(plain["forwards"] / n, 1),
-                     "token_forwards_cache": round(cached["forwards"] / n, 1),
-                     "tokens_per_s_none": round(tps["none"], 1), "tokens_per_s_cache": round(tps[kind], 1),
-                     "speedup_wall": round(tps[kind] / tps["none"], 2) if tps["none"] else 0.0})
+        case_rows = [{"method": method, "label": default_label(method), "mode": mode, "gen_length": gen,
+                      "block_length": block, "cache": kind, "cache_refresh": refresh, "n": n,
+                      "families": list(families), "accuracy_none": round(plain["correct"] / n, 4),
+                      "accuracy_none_low": round(low, 4), "accuracy_none_high": round(high, 4),
+                      "accuracy_cache": round(sums[kind]["correct"] / n, 4),
+                      "changed": round(sum(t["none"] != t[kind] for t in texts) / n, 4),
+                      "nfe_none": round(plain["nfe"] / n, 2), "nfe_cache": round(sums[kind]["nfe"] / n, 2),
+                      "token_forwards_none": round(plain["forwards"] / n, 1),
+                      "token_forwards_cache": round(sums[kind]["forwards"] / n, 1),
+                      "tokens_per_s_none": round(tps["none"], 1), "tokens_per_s_cache": round(tps[kind], 1),
+                      "speedup_wall": round(tps[kind] / tps["none"], 2) if tps["none"] else 0.0}
+                     for kind in kinds]
+        rows += case_rows
         if parts:
-            parts.put(list(case), rows[-1:], time.perf_counter() - case_start)
+            parts.put(list(case), case_rows, time.perf_counter() - case_start)
     bar.close()
     return rows
+
+
+def cache_case(predictor, case, families, n_items: int, parts) -> list[dict]:
+    """One case's rows in its own process: what ``--jobs`` gives each process (the case's decodes stay
+    interleaved in that process, so its tokens/s ratio is still measured under one load)."""
+    return cache_bench(predictor, [case], families, n_items, progress=False, parts=parts)
 
 
 def cache_markdown(rows: list[dict], title: str) -> str:
@@ -116,25 +132,46 @@ def cache_main(args, argv) -> int:
             raise ValueError(f"refresh: comma-separated passes between refreshes, each 0 or more, got {args.refresh!r}")
         refreshes = tuple(map(int, refreshes))
         modes = _modes(args.modes)
+        if args.speed_items is not None and args.speed_items < 1:
+            raise ValueError(f"speed-items: at least 1 word problem, got {args.speed_items}")
         predictor = load_model(args.model, attention=False)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    where, start = machine() + ", batch 1", time.time()
-    print(f"cache: model {predictor.name}, {n_items} items per family, on {where}", flush=True)
-    speed_parts = accuracy_parts = None
+    speed_items = min(args.speed_items or SPEED_ITEMS, n_items)
+    where, start = machine(args.jobs) + ", batch 1", time.time()
+    print(f"cache: model {predictor.name}, {speed_items} word problems for speed, {n_items} items per family for "
+          f"accuracy, on {where}", flush=True)
+    key = {"bench": "cache", "weights": None}
     if args.parts:
-        from dico.bench.parts import Parts, weights_id
-        key = {"bench": "cache", "weights": weights_id(args.model), "items": n_items}
-        speed_parts = Parts(args.parts, {**key, "part_of": "speed", "families": ["word"]})
-        accuracy_parts = Parts(args.parts, {**key, "part_of": "accuracy", "families": list(families)})
+        from dico.bench.parts import weights_id
+        key["weights"] = weights_id(args.model)
+    parts = {"speed": _parts(args.parts, {**key, "items": speed_items, "part_of": "speed", "families": ["word"]}),
+             "accuracy": _parts(args.parts, {**key, "items": n_items, "part_of": "accuracy",
+                                             "families": list(families)})}
     speed = [case for case in CACHE_SPEED if case[1] in modes]
-    speed_rows = cache_bench(predictor, speed, ("word",), n_items, not args.no_progress, speed_parts)
-    accuracy_rows = cache_bench(predictor, cache_cases(lengths, refreshes, modes), families, n_items,
-                                not args.no_progress, accuracy_parts)
-    table = (cache_markdown(speed_rows, f"KV cache speed (word problems, {n_items} items)") + "\n\n"
+    accuracy = cache_cases(lengths, refreshes, modes)
+    if args.jobs > 1:       # every case in one pool: speed and accuracy cases keep their pair's decodes interleaved
+        from dico.bench.parts import in_processes
+        cells = [(case, ("word",), speed_items, parts["speed"]) for case in speed] + \
+            [(case, families, n_items, parts["accuracy"]) for case in accuracy]
+        rows = in_processes(cache_case, args.model, cells, args.jobs, not args.no_progress, "cache cases")
+        speed_rows = rows[:len(speed)]
+        accuracy_rows = rows[len(speed):]
+    else:
+        speed_rows = cache_bench(predictor, speed, ("word",), speed_items, not args.no_progress, parts["speed"])
+        accuracy_rows = cache_bench(predictor, accuracy, families, n_items, not args.no_progress, parts["accuracy"])
+    table = (cache_markdown(speed_rows, f"KV cache speed (word problems, {speed_items} items)") + "\n\n"
              + cache_markdown(accuracy_rows, f"KV cache accuracy (Table 1's items, {n_items} per family)"))
     _report(args, argv, table, start, {"title": "cache", "model": predictor.name,
                                         "model_step": training_step(args.model), "machine": where,
                                         "speed": speed_rows, "accuracy": accuracy_rows})
     return 0
+
+
+def _parts(folder, key):
+    """Where finished cases are saved (None: nowhere)."""
+    if not folder:
+        return None
+    from dico.bench.parts import Parts
+    return Parts(folder, key)
