@@ -73,7 +73,7 @@ def test_bench_refuses_bad_requests_with_a_message(args):
 
 
 @pytest.mark.parametrize("args", [("--refresh", "-1"), ("--refresh", "often"), ("--modes", "sideways"),
-                                  ("--speed-items", "0")])
+                                  ("--speed-items", "0"), ("--none-from", "no-such-folder")])
 def test_the_cache_bench_refuses_a_bad_refresh_or_mode_naming_it(args, capsys):
     from dico.bench.benchmark import main
 
@@ -134,6 +134,31 @@ def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items(tmp_
     assert r["accuracy_none_low"] <= r["accuracy_none"] <= r["accuracy_none_high"]
     assert r["tokens_per_s_none"] > 0 and r["tokens_per_s_cache"] > 0
     assert "| Fast-dLLM | semi-ar | 16 / 8 | dual | 2 |" in cache_markdown(rows, "t")
+
+
+def test_the_cache_bench_can_take_its_decodes_without_a_cache_from_table_1(tmp_path):
+    """At gen 256 the decodes without a cache are most of the cache bench's work, and Table 1 has decoded them: against
+    Table 1's saved parts only the cached side is decoded (batched), and every row is what the bench decoding both
+    sides itself gives, less the timings (no baseline decoded beside it)."""
+    import dico
+    from dico.bench.benchmark import main
+    from dico.bench.cache import cache_against, cache_bench, table1_none, table1_parts
+    from dico.bench.parts import weights_id
+
+    families = ("word", "pick")
+    assert main(["--items", "2", "--lengths", "32/16", "--families", ",".join(families), "--parts", str(tmp_path),
+                 "--no-progress"]) == 0
+    saved, weights = table1_parts(tmp_path), weights_id(None)
+    cases = [("fast", "semi-ar", 32, 16, ("prefix", "dual"), 0), ("vanilla", "non-ar", 32, None, ("delayed",), 0)]
+    predictor = dico.load_model(attention=False)
+    against = [row for case in cases for row in
+               cache_against(predictor, case, families, 2, table1_none(saved, weights, 2, families, case), 3)]
+    timing = ("tokens_per_s_none", "tokens_per_s_cache", "speedup_wall")
+    assert all(row[k] is None for row in against for k in timing)
+    assert [{k: v for k, v in row.items() if k not in timing} for row in against] == \
+        [{k: v for k, v in row.items() if k not in timing} for row in cache_bench(predictor, cases, families, 2, False)]
+    assert table1_none(saved, weights, 3, families, cases[0]) is None          # other items: nothing to take
+    assert table1_none(saved, "sha256:other", 2, families, cases[0]) is None   # other weights neither
 
 
 def test_a_long_run_killed_halfway_goes_on_from_its_saved_parts(tmp_path, monkeypatch):

@@ -22,12 +22,13 @@ decoded in batches (``dico.batch``), which commit exactly what decoding each ite
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dico.bench.tables import markdown, readme_section, splice_readme, throughput_markdown
@@ -80,7 +81,9 @@ class Cell:
     n: int = 0
     nfe: int = 0
     answer_nfe: int = 0
+    forwards: int = 0
     wall: float = 0.0
+    outcomes: list = field(default_factory=list)     # per item: right (0/1) and its text's digest
 
 
 def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batch_size: int = BATCH_SIZE,
@@ -121,6 +124,14 @@ def decode_cell(predictor, cell: Cell, items, batch_size: int, bar) -> None:
     cell.correct = sum(tasks.check(item, trace.text) for item, trace in zip(items, traces))
     cell.nfe = sum(trace.nfe for trace in traces)
     cell.answer_nfe = sum(trace.answer_nfe for trace in traces)
+    cell.forwards = sum(trace.token_forwards for trace in traces)
+    cell.outcomes = [(int(tasks.check(item, trace.text)), text_digest(trace.text))
+                     for item, trace in zip(items, traces)]
+
+
+def text_digest(text: str) -> str:
+    """A decoded text's fingerprint: enough to tell whether two decodes of one item wrote the same text."""
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 def _row(cell: Cell, ref: Cell, batch_size: int) -> dict:
@@ -132,9 +143,13 @@ def _row(cell: Cell, ref: Cell, batch_size: int) -> dict:
             "n": cell.n, "correct": cell.correct, "accuracy": round(cell.correct / cell.n, 4),
             "accuracy_low": round(low, 4), "accuracy_high": round(high, 4),
             "nfe_mean": round(cell.nfe / cell.n, 2), "answer_nfe_mean": round(cell.answer_nfe / cell.n, 2),
+            "token_forwards_mean": round(cell.forwards / cell.n, 1),
             "tokens_per_s": round(tps, 1), "speedup_nfe": round(ref.nfe / cell.nfe, 2),
             "speedup_answer_nfe": round(ref.answer_nfe / cell.answer_nfe, 2) if cell.answer_nfe else 0.0,
-            "speedup_wall": round(tps / ref_tps, 2) if ref_tps else 0.0, "settings": cell.settings}
+            "speedup_wall": round(tps / ref_tps, 2) if ref_tps else 0.0, "settings": cell.settings,
+            # kept in the saved parts (the cache bench compares its cached decodes with them), not in the report
+            "outcomes": {"correct": "".join(str(c) for c, _ in cell.outcomes),
+                         "text": [digest for _, digest in cell.outcomes]}}
 
 
 def throughput(predictor, n_items: int, batches=THROUGHPUT_BATCHES, gen_length: int = LENGTHS[0][0],
@@ -160,8 +175,8 @@ def throughput(predictor, n_items: int, batches=THROUGHPUT_BATCHES, gen_length: 
             elif [t.text for t in traces] != texts:
                 raise RuntimeError(f"{label}: batch size {batch_size} decoded other texts than batch size {batches[0]}")
             rows.append({"method": method, "label": label, "mode": "non-ar", "gen_length": gen_length,
-                         "batch_size": batch_size, "n": len(prompts), "families": list(tasks.FAMILIES), "tokens_per_s": round(tps, 1),
-                         "speedup_batch": round(tps / base, 2)})
+                         "batch_size": batch_size, "n": len(prompts), "families": list(tasks.FAMILIES),
+                         "tokens_per_s": round(tps, 1), "speedup_batch": round(tps / base, 2)})
             bar.update(1)
     bar.close()
     return rows
@@ -202,8 +217,12 @@ def machine(jobs: int = 1) -> str:
     import torch
 
     return (f"{platform.machine()} {platform.processor() or ''}".strip() +
-            f", {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}" +
+            f", {os.cpu_count()} cores, {_count(torch.get_num_threads(), 'torch thread')}, torch {torch.__version__}" +
             (f", {jobs} processes of 1 torch thread" if jobs > 1 else ""))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _families(text: str) -> tuple[str, ...]:
@@ -263,6 +282,9 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     parser.add_argument("--refresh", default="0", help="cache only: the accuracy part's cache_refresh values, "
                         "comma-separated (default 0: refresh only at a block start or the first pass)")
+    parser.add_argument("--none-from", metavar="DIR", help="cache only: the accuracy part's decodes without a cache "
+                        "are Table 1's, saved by its --parts DIR (same weights and items); only the cached side is "
+                        "decoded, batched")
     parser.add_argument("--speed-items", type=int, default=None, help="cache only: word problems in the speed part "
                         "(default 40, at most --items)")
     parser.add_argument("--parts", metavar="DIR", help="Table 1, ablations and cache: save each finished part (a "
@@ -300,9 +322,9 @@ def main(argv=None) -> int:
     known = args.what in ([], ["throughput"]) or (len(args.what) == 2 and args.what[0] == "ablation"
                                                   and args.what[1] in ABLATIONS)
     if not known or args.gen is not None:
-        print(f"error: what: expected nothing, 'throughput', 'frontier', 'breaks' or 'ablation {{{','.join(ABLATIONS)}}}', got "
-              f"{' '.join(args.what)!r}" if not known else "error: gen: only the frontier takes --gen (Table 1 and "
-              "the ablations take --lengths)", file=sys.stderr)
+        print(f"error: what: expected nothing, 'throughput', 'speed', 'cache', 'frontier', 'breaks', 'readme' or "
+              f"'ablation {{{','.join(ABLATIONS)}}}', got {' '.join(args.what)!r}" if not known else
+              "error: gen: only the frontier takes --gen (Table 1 and the ablations take --lengths)", file=sys.stderr)
         return 2
     n_items = args.items or (QUICK_ITEMS if args.quick else FULL_ITEMS)
     modes = tuple(m for m in args.modes.split(",") if m)
@@ -348,6 +370,7 @@ def main(argv=None) -> int:
             if args.what:
                 rows = [r for r in rows if r["label"] in ABLATIONS[args.what[1]]]
             table = markdown(rows, title)
+            rows = [{k: v for k, v in row.items() if k != "outcomes"} for row in rows]
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

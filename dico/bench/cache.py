@@ -10,7 +10,7 @@ import time
 
 from dico.embedded import tasks
 from dico.bench.benchmark import (FULL_ITEMS, LENGTHS, QUICK_ITEMS, _families, _items, _lengths, _modes, _report,
-                                  machine, training_step, wilson)
+                                  machine, text_digest, training_step, wilson)
 from dico.lanes import default_label
 from dico.settings import METHODS, SEMI_AR
 
@@ -52,7 +52,7 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
             continue
         case_start = time.perf_counter()
         configs = ("none", *kinds)
-        sums = {c: dict(wall=0.0, nfe=0, forwards=0, correct=0) for c in configs}
+        sums = {c: dict(n=len(items), wall=0.0, nfe=0, forwards=0, correct=0) for c in configs}
         texts = []
         for i, item in enumerate(items):
             turn = i % len(configs)
@@ -69,22 +69,7 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
                 text[c] = trace.text
             texts.append(text)
             bar.update(1)
-        n = len(items)
-        plain = sums["none"]
-        low, high = wilson(plain["correct"], n)
-        tps = {c: n * gen / v["wall"] if v["wall"] else 0.0 for c, v in sums.items()}
-        case_rows = [{"method": method, "label": default_label(method), "mode": mode, "gen_length": gen,
-                      "block_length": block, "cache": kind, "cache_refresh": refresh, "n": n,
-                      "families": list(families), "accuracy_none": round(plain["correct"] / n, 4),
-                      "accuracy_none_low": round(low, 4), "accuracy_none_high": round(high, 4),
-                      "accuracy_cache": round(sums[kind]["correct"] / n, 4),
-                      "changed": round(sum(t["none"] != t[kind] for t in texts) / n, 4),
-                      "nfe_none": round(plain["nfe"] / n, 2), "nfe_cache": round(sums[kind]["nfe"] / n, 2),
-                      "token_forwards_none": round(plain["forwards"] / n, 1),
-                      "token_forwards_cache": round(sums[kind]["forwards"] / n, 1),
-                      "tokens_per_s_none": round(tps["none"], 1), "tokens_per_s_cache": round(tps[kind], 1),
-                      "speedup_wall": round(tps[kind] / tps["none"], 2) if tps["none"] else 0.0}
-                     for kind in kinds]
+        case_rows = _case_rows(case, families, sums, {k: sum(t["none"] != t[k] for t in texts) for k in kinds})
         rows += case_rows
         if parts:
             parts.put(list(case), case_rows, time.perf_counter() - case_start)
@@ -92,9 +77,99 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
     return rows
 
 
-def cache_case(predictor, case, families, n_items: int, parts) -> list[dict]:
+def _case_rows(case, families, sums: dict, changed: dict) -> list[dict]:
+    """A case's rows, one per cache kind, from each config's sums (wall seconds, NFE, token forwards, items right;
+    a ``None`` wall: not timed side by side) and how many texts each kind changed."""
+    method, mode, gen, block, kinds, refresh = case
+    plain = sums["none"]
+    n = plain["n"]
+    low, high = wilson(plain["correct"], n)
+    tps = {c: n * gen / v["wall"] if v["wall"] else None for c, v in sums.items()}
+    return [{"method": method, "label": default_label(method), "mode": mode, "gen_length": gen,
+             "block_length": block, "cache": kind, "cache_refresh": refresh, "n": n, "families": list(families),
+             "accuracy_none": round(plain["correct"] / n, 4), "accuracy_none_low": round(low, 4),
+             "accuracy_none_high": round(high, 4), "accuracy_cache": round(sums[kind]["correct"] / n, 4),
+             "changed": round(changed[kind] / n, 4),
+             "nfe_none": round(plain["nfe"] / n, 2), "nfe_cache": round(sums[kind]["nfe"] / n, 2),
+             "token_forwards_none": round(plain["forwards"] / n, 1),
+             "token_forwards_cache": round(sums[kind]["forwards"] / n, 1),
+             "tokens_per_s_none": tps["none"] and round(tps["none"], 1),
+             "tokens_per_s_cache": tps[kind] and round(tps[kind], 1),
+             "speedup_wall": round(tps[kind] / tps["none"], 2) if tps["none"] and tps[kind] else None}
+            for kind in kinds]
+
+
+def cache_against(predictor, case, families, n_items: int, none: dict, batch_size: int, parts=None,
+                  bar=None) -> list[dict]:
+    """A case's rows with its decodes without a cache taken from ``none`` (Table 1's, ``table1_none``): only the
+    cached side is decoded, in batches (a batched cached decode commits what each prompt alone would). Half the
+    work of ``cache_bench`` at gen 256; tokens/s then has no baseline decoded beside it and is left out."""
+    from dico.batch import decode_batch, drain
+
+    saved = parts.get(list(case)) if parts else None
+    if saved is not None:
+        return saved
+    method, mode, gen, block, kinds, refresh = case
+    items = [item for family in families for item in tasks.make_split(family, "test", n_items)]
+    start = time.perf_counter()
+    sums, changed = {"none": {**none, "wall": None}}, {}
+    for kind in kinds:
+        runs = decode_batch(predictor, [item.prompt for item in items], method, batch_size=batch_size, mode=mode,
+                            gen_length=gen, block_length=block, cache=kind, cache_refresh=refresh)
+        traces = drain(runs, bar.update if bar else None)
+        sums[kind] = {"n": len(items), "wall": None, "nfe": sum(t.nfe for t in traces),
+                      "forwards": sum(t.token_forwards for t in traces),
+                      "correct": sum(tasks.check(item, t.text) for item, t in zip(items, traces))}
+        changed[kind] = sum(text_digest(t.text) != digest for t, digest in zip(traces, none["texts"]))
+    rows = _case_rows(case, families, sums, changed)
+    if parts:
+        parts.put(list(case), rows, time.perf_counter() - start)
+    return rows
+
+
+def table1_none(saved, weights: str, n_items: int, families, case) -> dict | None:
+    """The decodes without a cache of an accuracy case, from Table 1's saved parts (``table1_parts``) of the same
+    weights and items: NFE, token forwards, items right and each item's text digest, families in order.
+    None if a family's part is missing (Table 1 not run there, or on other weights)."""
+    method, mode, gen, block, _, _ = case
+    sums = {"n": 0, "nfe": 0.0, "forwards": 0.0, "correct": 0, "texts": []}
+    for family in families:
+        want = {"family": family, "gen_length": gen, "mode": mode}
+        row = next((r for key, rows in saved if key.get("weights") == weights
+                    and key.get("items") == n_items and all(key["part"].get(k) == v for k, v in want.items())
+                    and (mode != SEMI_AR or key["part"].get("block_length") == block)
+                    for r in rows if r["method"] == method and r["settings"] == {} and "outcomes" in r), None)
+        if row is None:
+            return None
+        sums["n"] += row["n"]
+        sums["nfe"] += row["nfe_mean"] * row["n"]
+        sums["forwards"] += row["token_forwards_mean"] * row["n"]
+        sums["correct"] += row["correct"]
+        sums["texts"] += row["outcomes"]["text"]
+    return sums
+
+
+def table1_parts(folder) -> list[tuple[dict, list[dict]]]:
+    """Every Table 1 part saved in ``folder`` (Table 1's ``--parts``): its key and rows."""
+    import json
+    from pathlib import Path
+
+    found = []
+    for path in sorted(Path(folder).glob("part-*.json")):
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if saved.get("key", {}).get("bench") == "Table 1 (small scale)":
+            found.append((saved["key"], saved["rows"]))
+    return found
+
+
+def cache_case(predictor, case, families, n_items: int, parts, none=None, batch_size: int = 1) -> list[dict]:
     """One case's rows in its own process: what ``--jobs`` gives each process (the case's decodes stay
     interleaved in that process, so its tokens/s ratio is still measured under one load)."""
+    if none is not None:
+        return cache_against(predictor, case, families, n_items, none, batch_size, parts)
     return cache_bench(predictor, [case], families, n_items, progress=False, parts=parts)
 
 
@@ -111,8 +186,13 @@ def cache_markdown(rows: list[dict], title: str) -> str:
                      f"{100 * r['accuracy_none_high']:.0f}] -> {100 * r['accuracy_cache']:.1f}% | "
                      f"{100 * r['changed']:.0f}% | {r['nfe_none']:.1f} -> {r['nfe_cache']:.1f} | "
                      f"{r['token_forwards_none']:.0f} -> {r['token_forwards_cache']:.0f} | "
-                     f"{r['tokens_per_s_none']:.1f} -> {r['tokens_per_s_cache']:.1f} | {r['speedup_wall']:.2f}x |")
+                     f"{_num(r['tokens_per_s_none'])} -> {_num(r['tokens_per_s_cache'])} | "
+                     f"{_num(r['speedup_wall'], '.2f', 'x')} |")
     return "\n".join(lines)
+
+
+def _num(value, spec: str = ".1f", unit: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{unit}"
 
 
 def cache_main(args, argv) -> int:
@@ -151,16 +231,36 @@ def cache_main(args, argv) -> int:
                                              "families": list(families)})}
     speed = [case for case in CACHE_SPEED if case[1] in modes]
     accuracy = cache_cases(lengths, refreshes, modes)
+    nones = [None] * len(accuracy)
+    if args.none_from:
+        from dico.bench.parts import weights_id
+        saved, weights = table1_parts(args.none_from), weights_id(args.model)
+        nones = [table1_none(saved, weights, n_items, families, case) for case in accuracy]
+        missing = [case for case, none in zip(accuracy, nones) if none is None]
+        if missing:
+            print(f"error: none-from: {args.none_from} holds no Table 1 part of these weights with {n_items} items "
+                  f"a family for {len(missing)} of {len(accuracy)} cases, e.g. {missing[0][0]} {missing[0][1]} gen "
+                  f"{missing[0][2]} (run Table 1 there first: python -m dico.bench --items {n_items} --parts "
+                  f"{args.none_from})", file=sys.stderr)
+            return 2
+        parts["accuracy"] = _parts(args.parts, {**key, "items": n_items, "part_of": "accuracy against Table 1",
+                                                "families": list(families), "batch_size": args.batch_size})
     if args.jobs > 1:       # every case in one pool: speed and accuracy cases keep their pair's decodes interleaved
         from dico.bench.parts import in_processes
         cells = [(case, ("word",), speed_items, parts["speed"]) for case in speed] + \
-            [(case, families, n_items, parts["accuracy"]) for case in accuracy]
+            [(case, families, n_items, parts["accuracy"], none, args.batch_size) for case, none in zip(accuracy, nones)]
         rows = in_processes(cache_case, args.model, cells, args.jobs, not args.no_progress, "cache cases")
         speed_rows = rows[:len(speed)]
         accuracy_rows = rows[len(speed):]
     else:
         speed_rows = cache_bench(predictor, speed, ("word",), speed_items, not args.no_progress, parts["speed"])
-        accuracy_rows = cache_bench(predictor, accuracy, families, n_items, not args.no_progress, parts["accuracy"])
+        if args.none_from:
+            accuracy_rows = [row for case, none in zip(accuracy, nones) for row in
+                             cache_against(predictor, case, families, n_items, none, args.batch_size,
+                                           parts["accuracy"])]
+        else:
+            accuracy_rows = cache_bench(predictor, accuracy, families, n_items, not args.no_progress,
+                                        parts["accuracy"])
     table = (cache_markdown(speed_rows, f"KV cache speed (word problems, {speed_items} items)") + "\n\n"
              + cache_markdown(accuracy_rows, f"KV cache accuracy (Table 1's items, {n_items} per family)"))
     _report(args, argv, table, start, {"title": "cache", "model": predictor.name,
