@@ -9,7 +9,7 @@ import sys
 import time
 
 from dico.embedded import tasks
-from dico.bench.benchmark import (FULL_ITEMS, LENGTHS, QUICK_ITEMS, _families, _items, _lengths, _modes, _report,
+from dico.bench.benchmark import (FULL_ITEMS, LENGTHS, QUICK_ITEMS, _count, _families, _items, _lengths, _modes, _report,
                                   machine, text_digest, training_step, wilson)
 from dico.lanes import default_label
 from dico.settings import METHODS, SEMI_AR
@@ -165,12 +165,18 @@ def table1_parts(folder) -> list[tuple[dict, list[dict]]]:
     return found
 
 
-def cache_case(predictor, case, families, n_items: int, parts, none=None, batch_size: int = 1) -> list[dict]:
-    """One case's rows in its own process: what ``--jobs`` gives each process (the case's decodes stay
-    interleaved in that process, so its tokens/s ratio is still measured under one load)."""
-    if none is not None:
-        return cache_against(predictor, case, families, n_items, none, batch_size, parts)
-    return cache_bench(predictor, [case], families, n_items, progress=False, parts=parts)
+def cache_case(predictor, case, families, n_items: int, parts, none=None, batch_size: int = 1,
+               progress: bool = False) -> list[dict]:
+    """One case's rows: decoded without a cache beside its kinds, or, given ``none`` (``table1_none``), its cached
+    side only. What ``--jobs`` gives each process: a case's decodes stay in one process, so its tokens/s ratio is
+    measured under one load."""
+    if none is None:
+        return cache_bench(predictor, [case], families, n_items, progress, parts)
+    from tqdm import tqdm
+
+    with tqdm(total=len(case[4]) * n_items * len(families), desc=f"cache {case[0]} {case[1]}", unit="item",
+              disable=not progress, dynamic_ncols=True) as bar:
+        return cache_against(predictor, case, families, n_items, none, batch_size, parts, bar)
 
 
 def cache_markdown(rows: list[dict], title: str) -> str:
@@ -220,7 +226,7 @@ def cache_main(args, argv) -> int:
         return 2
     speed_items = min(args.speed_items or SPEED_ITEMS, n_items)
     where, start = machine(args.jobs) + ", batch 1", time.time()
-    print(f"cache: model {predictor.name}, {speed_items} word problems for speed, {n_items} items per family for "
+    print(f"cache: model {predictor.name}, {_count(speed_items, 'word problem')} for speed, {n_items} items per family for "
           f"accuracy, on {where}", flush=True)
     key = {"bench": "cache", "weights": None}
     if args.parts:
@@ -228,7 +234,7 @@ def cache_main(args, argv) -> int:
         key["weights"] = weights_id(args.model)
     parts = {"speed": _parts(args.parts, {**key, "items": speed_items, "part_of": "speed", "families": ["word"]}),
              "accuracy": _parts(args.parts, {**key, "items": n_items, "part_of": "accuracy",
-                                             "families": list(families)})}
+                                             "families": list(families)})}     # the key of cases decoding both sides
     speed = [case for case in CACHE_SPEED if case[1] in modes]
     accuracy = cache_cases(lengths, refreshes, modes)
     nones = [None] * len(accuracy)
@@ -236,31 +242,25 @@ def cache_main(args, argv) -> int:
         from dico.bench.parts import weights_id
         saved, weights = table1_parts(args.none_from), weights_id(args.model)
         nones = [table1_none(saved, weights, n_items, families, case) for case in accuracy]
-        missing = [case for case, none in zip(accuracy, nones) if none is None]
-        if missing:
-            print(f"error: none-from: {args.none_from} holds no Table 1 part of these weights with {n_items} items "
-                  f"a family for {len(missing)} of {len(accuracy)} cases, e.g. {missing[0][0]} {missing[0][1]} gen "
-                  f"{missing[0][2]} (run Table 1 there first: python -m dico.bench --items {n_items} --parts "
-                  f"{args.none_from})", file=sys.stderr)
+        taken = sum(none is not None for none in nones)
+        if not taken:
+            print(f"error: none-from: {args.none_from} holds no Table 1 part of these weights with {n_items} items a "
+                  f"family at {args.lengths or 'these lengths'} (Table 1 saves them with: python -m dico.bench "
+                  f"--items {n_items} --parts {args.none_from})", file=sys.stderr)
             return 2
-        parts["accuracy"] = _parts(args.parts, {**key, "items": n_items, "part_of": "accuracy against Table 1",
-                                                "families": list(families), "batch_size": args.batch_size})
-    if args.jobs > 1:       # every case in one pool: speed and accuracy cases keep their pair's decodes interleaved
+        print(f"none-from: {taken} of {len(accuracy)} accuracy cases take their decodes without a cache from Table "
+              f"1's parts in {args.none_from}; the rest decode both sides", flush=True)
+        parts["against"] = _parts(args.parts, {**key, "items": n_items, "part_of": "accuracy against Table 1",
+                                               "families": list(families), "batch_size": args.batch_size})
+    cells = [(case, ("word",), speed_items, parts["speed"]) for case in speed] + \
+        [(case, families, n_items, parts["against"] if none else parts["accuracy"], none, args.batch_size)
+         for case, none in zip(accuracy, nones)]
+    if args.jobs > 1:       # every case in one pool: each case's decodes stay interleaved in its process
         from dico.bench.parts import in_processes
-        cells = [(case, ("word",), speed_items, parts["speed"]) for case in speed] + \
-            [(case, families, n_items, parts["accuracy"], none, args.batch_size) for case, none in zip(accuracy, nones)]
         rows = in_processes(cache_case, args.model, cells, args.jobs, not args.no_progress, "cache cases")
-        speed_rows = rows[:len(speed)]
-        accuracy_rows = rows[len(speed):]
     else:
-        speed_rows = cache_bench(predictor, speed, ("word",), speed_items, not args.no_progress, parts["speed"])
-        if args.none_from:
-            accuracy_rows = [row for case, none in zip(accuracy, nones) for row in
-                             cache_against(predictor, case, families, n_items, none, args.batch_size,
-                                           parts["accuracy"])]
-        else:
-            accuracy_rows = cache_bench(predictor, accuracy, families, n_items, not args.no_progress,
-                                        parts["accuracy"])
+        rows = [row for cell in cells for row in cache_case(predictor, *cell, progress=not args.no_progress)]
+    speed_rows, accuracy_rows = rows[:len(speed)], rows[len(speed):]       # a speed case has one kind
     table = (cache_markdown(speed_rows, f"KV cache speed (word problems, {speed_items} items)") + "\n\n"
              + cache_markdown(accuracy_rows, f"KV cache accuracy (Table 1's items, {n_items} per family)"))
     _report(args, argv, table, start, {"title": "cache", "model": predictor.name,
