@@ -9,8 +9,8 @@ import sys
 import time
 
 from dico.embedded import tasks
-from dico.bench.benchmark import (FULL_ITEMS, LENGTHS, QUICK_ITEMS, _count, _families, _items, _lengths, _modes, _report,
-                                  machine, text_digest, training_step, wilson)
+from dico.bench.benchmark import (FULL_ITEMS, LENGTHS, QUICK_ITEMS, _count, _families, _items, _lengths, _modes,
+                                  _report, machine, text_digest, training_step, wilson)
 from dico.lanes import default_label
 from dico.settings import METHODS, SEMI_AR
 
@@ -226,8 +226,8 @@ def cache_main(args, argv) -> int:
         return 2
     speed_items = min(args.speed_items or SPEED_ITEMS, n_items)
     where, start = machine(args.jobs) + ", batch 1", time.time()
-    print(f"cache: model {predictor.name}, {_count(speed_items, 'word problem')} for speed, {n_items} items per family for "
-          f"accuracy, on {where}", flush=True)
+    print(f"cache: model {predictor.name}, {_count(speed_items, 'word problem')} for speed, {n_items} items per "
+          f"family for accuracy, on {where}", flush=True)
     key = {"bench": "cache", "weights": None}
     if args.parts:
         from dico.bench.parts import weights_id
