@@ -93,6 +93,13 @@ def test_readme_shows_exactly_the_shipped_benchmark_tables_and_their_commands():
         "a\n<!-- bench:start -->\nnew\n<!-- bench:end -->\nb"
 
 
+def test_readme_shows_the_shipped_cache_tables():
+    readme = (ROOT / "README.md").read_text()
+    assert (ROOT / "assets" / "bench" / "cache.md").read_text().strip() in readme, \
+        "README's cache tables are not assets/bench/cache.md"
+    assert "assets/bench/cache_refresh.md" in readme
+
+
 def test_a_table_names_the_training_step_of_the_weights_it_measured(tmp_path):
     """The embedded model is retrained under one name: each table says which weights made it."""
     import json
