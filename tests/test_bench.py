@@ -73,7 +73,8 @@ def test_bench_refuses_bad_requests_with_a_message(args):
 
 
 @pytest.mark.parametrize("args", [("--refresh", "-1"), ("--refresh", "often"), ("--modes", "sideways"),
-                                  ("--speed-items", "0"), ("--none-from", "no-such-folder")])
+                                  ("--speed-items", "0"), ("--none-from", "no-such-folder"),
+                                  ("--methods", "fast,slow")])
 def test_the_cache_bench_refuses_a_bad_refresh_or_mode_naming_it(args, capsys):
     from dico.bench.benchmark import main
 
@@ -132,6 +133,8 @@ def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items(tmp_
     none = ("accuracy_none", "nfe_none", "token_forwards_none", "tokens_per_s_none")
     assert [prefix[k] for k in none] == [r[k] for k in none]      # a case's kinds share one decode without a cache
     assert prefix["cache"] == "prefix" and prefix["token_forwards_cache"] > r["token_forwards_cache"]
+    assert r["by_family"] == {"word": {"n": 2, "right_none": round(2 * r["accuracy_none"]),
+                                       "right_cache": round(2 * r["accuracy_cache"]), "changed": round(2 * r["changed"])}}
     assert (every_pass["cache_refresh"], every_pass["changed"]) == (1, 0)        # refresh 1: exactly no cache
     assert every_pass["nfe_cache"] == every_pass["nfe_none"] and every_pass["accuracy_cache"] == \
         every_pass["accuracy_none"]

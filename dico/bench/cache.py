@@ -23,12 +23,12 @@ CACHE_SERVES = {SEMI_AR: ("prefix", "dual"), "non-ar": ("delayed",)}
 SPEED_ITEMS = 40
 
 
-def cache_cases(lengths=LENGTHS[:1], refreshes=(0,), modes=(SEMI_AR, "non-ar")) -> list[tuple]:
+def cache_cases(lengths=LENGTHS[:1], refreshes=(0,), modes=(SEMI_AR, "non-ar"), methods=METHODS) -> list[tuple]:
     """The accuracy part's cases: every method with the cache kinds of each mode they serve, at each refresh
     interval (0: only at a block start or the first pass)."""
     return [(m, mode, gen, block if mode == SEMI_AR else None, kinds, refresh)
             for gen, block in lengths for refresh in refreshes for mode, kinds in CACHE_SERVES.items()
-            if mode in modes for m in METHODS]
+            if mode in modes for m in methods]
 
 
 def cache_bench(predictor, cases, families, n_items: int, progress: bool = True, parts=None) -> list[dict]:
@@ -52,11 +52,10 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
             continue
         case_start = time.perf_counter()
         configs = ("none", *kinds)
-        sums = {c: dict(n=len(items), wall=0.0, nfe=0, forwards=0, correct=0) for c in configs}
-        texts = []
+        sums = {c: dict(n=len(items), wall=0.0, nfe=0, forwards=0) for c in configs}
+        right, texts = {c: [] for c in configs}, {c: [] for c in configs}
         for i, item in enumerate(items):
             turn = i % len(configs)
-            text = {}
             for c in configs[turn:] + configs[:turn]:
                 start = time.perf_counter()
                 trace = generate(predictor, item.prompt, method, mode=mode, gen_length=gen, block_length=block,
@@ -65,11 +64,10 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
                 total["wall"] += time.perf_counter() - start
                 total["nfe"] += trace.nfe
                 total["forwards"] += trace.token_forwards
-                total["correct"] += tasks.check(item, trace.text)
-                text[c] = trace.text
-            texts.append(text)
+                right[c].append(int(tasks.check(item, trace.text)))
+                texts[c].append(text_digest(trace.text))
             bar.update(1)
-        case_rows = _case_rows(case, families, sums, {k: sum(t["none"] != t[k] for t in texts) for k in kinds})
+        case_rows = _case_rows(case, items, sums, right, texts)
         rows += case_rows
         if parts:
             parts.put(list(case), case_rows, time.perf_counter() - case_start)
@@ -77,25 +75,32 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
     return rows
 
 
-def _case_rows(case, families, sums: dict, changed: dict) -> list[dict]:
-    """A case's rows, one per cache kind, from each config's sums (wall seconds, NFE, token forwards, items right;
-    a ``None`` wall: not timed side by side) and how many texts each kind changed."""
+def _case_rows(case, items, sums: dict, right: dict, texts: dict) -> list[dict]:
+    """A case's rows, one per cache kind, from each config's sums (wall seconds, NFE, token forwards; a ``None``
+    wall: not timed side by side), whether it got each item right and its text's digest; ``by_family`` says
+    where a cache changed an answer."""
     method, mode, gen, block, kinds, refresh = case
-    plain = sums["none"]
-    n = plain["n"]
-    low, high = wilson(plain["correct"], n)
+    plain, n = sums["none"], len(items)
+    low, high = wilson(sum(right["none"]), n)
     tps = {c: n * gen / v["wall"] if v["wall"] else None for c, v in sums.items()}
+    families = {}
+    for i, item in enumerate(items):
+        families.setdefault(item.family, []).append(i)
     return [{"method": method, "label": default_label(method), "mode": mode, "gen_length": gen,
              "block_length": block, "cache": kind, "cache_refresh": refresh, "n": n, "families": list(families),
-             "accuracy_none": round(plain["correct"] / n, 4), "accuracy_none_low": round(low, 4),
-             "accuracy_none_high": round(high, 4), "accuracy_cache": round(sums[kind]["correct"] / n, 4),
-             "changed": round(changed[kind] / n, 4),
+             "accuracy_none": round(sum(right["none"]) / n, 4), "accuracy_none_low": round(low, 4),
+             "accuracy_none_high": round(high, 4), "accuracy_cache": round(sum(right[kind]) / n, 4),
+             "changed": round(sum(a != b for a, b in zip(texts["none"], texts[kind])) / n, 4),
              "nfe_none": round(plain["nfe"] / n, 2), "nfe_cache": round(sums[kind]["nfe"] / n, 2),
              "token_forwards_none": round(plain["forwards"] / n, 1),
              "token_forwards_cache": round(sums[kind]["forwards"] / n, 1),
              "tokens_per_s_none": tps["none"] and round(tps["none"], 1),
              "tokens_per_s_cache": tps[kind] and round(tps[kind], 1),
-             "speedup_wall": round(tps[kind] / tps["none"], 2) if tps["none"] and tps[kind] else None}
+             "speedup_wall": round(tps[kind] / tps["none"], 2) if tps["none"] and tps[kind] else None,
+             "by_family": {family: {"n": len(at), "right_none": sum(right["none"][i] for i in at),
+                                    "right_cache": sum(right[kind][i] for i in at),
+                                    "changed": sum(texts["none"][i] != texts[kind][i] for i in at)}
+                           for family, at in families.items()}}
             for kind in kinds]
 
 
@@ -112,16 +117,17 @@ def cache_against(predictor, case, families, n_items: int, none: dict, batch_siz
     method, mode, gen, block, kinds, refresh = case
     items = [item for family in families for item in tasks.make_split(family, "test", n_items)]
     start = time.perf_counter()
-    sums, changed = {"none": {**none, "wall": None}}, {}
+    sums = {"none": {"wall": None, "nfe": none["nfe"], "forwards": none["forwards"]}}
+    right, texts = {"none": none["right"]}, {"none": none["texts"]}
     for kind in kinds:
         runs = decode_batch(predictor, [item.prompt for item in items], method, batch_size=batch_size, mode=mode,
                             gen_length=gen, block_length=block, cache=kind, cache_refresh=refresh)
         traces = drain(runs, bar.update if bar else None)
-        sums[kind] = {"n": len(items), "wall": None, "nfe": sum(t.nfe for t in traces),
-                      "forwards": sum(t.token_forwards for t in traces),
-                      "correct": sum(tasks.check(item, t.text) for item, t in zip(items, traces))}
-        changed[kind] = sum(text_digest(t.text) != digest for t, digest in zip(traces, none["texts"]))
-    rows = _case_rows(case, families, sums, changed)
+        sums[kind] = {"wall": None, "nfe": sum(t.nfe for t in traces),
+                      "forwards": sum(t.token_forwards for t in traces)}
+        right[kind] = [int(tasks.check(item, t.text)) for item, t in zip(items, traces)]
+        texts[kind] = [text_digest(t.text) for t in traces]
+    rows = _case_rows(case, items, sums, right, texts)
     if parts:
         parts.put(list(case), rows, time.perf_counter() - start)
     return rows
@@ -129,10 +135,10 @@ def cache_against(predictor, case, families, n_items: int, none: dict, batch_siz
 
 def table1_none(saved, weights: str, n_items: int, families, case) -> dict | None:
     """The decodes without a cache of an accuracy case, from Table 1's saved parts (``table1_parts``) of the same
-    weights and items: NFE, token forwards, items right and each item's text digest, families in order.
-    None if a family's part is missing (Table 1 not run there, or on other weights)."""
+    weights and items: NFE, token forwards, and per item (families in order) whether it was right and its text's
+    digest. None if a family's part is missing (Table 1 not run there, or on other weights)."""
     method, mode, gen, block, _, _ = case
-    sums = {"n": 0, "nfe": 0.0, "forwards": 0.0, "correct": 0, "texts": []}
+    sums = {"nfe": 0.0, "forwards": 0.0, "right": [], "texts": []}
     for family in families:
         want = {"family": family, "gen_length": gen, "mode": mode}
         row = next((r for key, rows in saved if key.get("weights") == weights
@@ -141,10 +147,9 @@ def table1_none(saved, weights: str, n_items: int, families, case) -> dict | Non
                     for r in rows if r["method"] == method and r["settings"] == {} and "outcomes" in r), None)
         if row is None:
             return None
-        sums["n"] += row["n"]
         sums["nfe"] += row["nfe_mean"] * row["n"]
         sums["forwards"] += row["token_forwards_mean"] * row["n"]
-        sums["correct"] += row["correct"]
+        sums["right"] += [int(c) for c in row["outcomes"]["correct"]]
         sums["texts"] += row["outcomes"]["text"]
     return sums
 
@@ -218,6 +223,9 @@ def cache_main(args, argv) -> int:
             raise ValueError(f"refresh: comma-separated passes between refreshes, each 0 or more, got {args.refresh!r}")
         refreshes = tuple(map(int, refreshes))
         modes = _modes(args.modes)
+        methods = tuple(m for m in (args.methods or ",".join(METHODS)).split(",") if m)
+        if not methods or any(m not in METHODS for m in methods):
+            raise ValueError(f"methods: comma-separated, each one of {', '.join(METHODS)}, got {args.methods!r}")
         if args.speed_items is not None and args.speed_items < 1:
             raise ValueError(f"speed-items: at least 1 word problem, got {args.speed_items}")
         predictor = load_model(args.model, attention=False)
@@ -235,8 +243,8 @@ def cache_main(args, argv) -> int:
     parts = {"speed": _parts(args.parts, {**key, "items": speed_items, "part_of": "speed", "families": ["word"]}),
              "accuracy": _parts(args.parts, {**key, "items": n_items, "part_of": "accuracy",
                                              "families": list(families)})}     # the key of cases decoding both sides
-    speed = [case for case in CACHE_SPEED if case[1] in modes]
-    accuracy = cache_cases(lengths, refreshes, modes)
+    speed = [case for case in CACHE_SPEED if case[1] in modes and case[0] in methods]
+    accuracy = cache_cases(lengths, refreshes, modes, methods)
     nones = [None] * len(accuracy)
     if args.none_from:
         from dico.bench.parts import weights_id
