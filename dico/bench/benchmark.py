@@ -121,12 +121,12 @@ def decode_cell(predictor, cell: Cell, items, batch_size: int, bar) -> None:
     traces = drain(runs, lambda: bar.update(1))
     cell.wall = time.perf_counter() - start
     cell.n = len(traces)
-    cell.correct = sum(tasks.check(item, trace.text) for item, trace in zip(items, traces))
+    cell.outcomes = [(int(tasks.check(item, trace.text)), text_digest(trace.text))
+                     for item, trace in zip(items, traces)]
+    cell.correct = sum(right for right, _ in cell.outcomes)
     cell.nfe = sum(trace.nfe for trace in traces)
     cell.answer_nfe = sum(trace.answer_nfe for trace in traces)
     cell.forwards = sum(trace.token_forwards for trace in traces)
-    cell.outcomes = [(int(tasks.check(item, trace.text)), text_digest(trace.text))
-                     for item, trace in zip(items, traces)]
 
 
 def text_digest(text: str) -> str:

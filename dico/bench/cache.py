@@ -40,7 +40,7 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
 
     from dico.loop import generate
 
-    items = [item for family in families for item in tasks.make_split(family, "test", n_items)]
+    items = _items_of(families, n_items)
     rows = []
     bar = tqdm(total=len(cases) * len(items), desc="cache", unit="item", disable=not progress, dynamic_ncols=True)
     for case in cases:
@@ -52,7 +52,7 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
             continue
         case_start = time.perf_counter()
         configs = ("none", *kinds)
-        sums = {c: dict(n=len(items), wall=0.0, nfe=0, forwards=0) for c in configs}
+        sums = {c: dict(wall=0.0, nfe=0, forwards=0) for c in configs}
         right, texts = {c: [] for c in configs}, {c: [] for c in configs}
         for i, item in enumerate(items):
             turn = i % len(configs)
@@ -73,6 +73,11 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
             parts.put(list(case), case_rows, time.perf_counter() - case_start)
     bar.close()
     return rows
+
+
+def _items_of(families, n_items: int) -> list:
+    """The held-out items of every family, families in order: the order of every case's per-item lists."""
+    return [item for family in families for item in tasks.make_split(family, "test", n_items)]
 
 
 def _case_rows(case, items, sums: dict, right: dict, texts: dict) -> list[dict]:
@@ -115,7 +120,7 @@ def cache_against(predictor, case, families, n_items: int, none: dict, batch_siz
     if saved is not None:
         return saved
     method, mode, gen, block, kinds, refresh = case
-    items = [item for family in families for item in tasks.make_split(family, "test", n_items)]
+    items = _items_of(families, n_items)
     start = time.perf_counter()
     sums = {"none": {"wall": None, "nfe": none["nfe"], "forwards": none["forwards"]}}
     right, texts = {"none": none["right"]}, {"none": none["texts"]}
@@ -236,10 +241,11 @@ def cache_main(args, argv) -> int:
     where, start = machine(args.jobs) + ", batch 1", time.time()
     print(f"cache: model {predictor.name}, {_count(speed_items, 'word problem')} for speed, {n_items} items per "
           f"family for accuracy, on {where}", flush=True)
-    key = {"bench": "cache", "weights": None}
-    if args.parts:
+    weights = None
+    if args.parts or args.none_from:
         from dico.bench.parts import weights_id
-        key["weights"] = weights_id(args.model)
+        weights = weights_id(args.model)        # hashes the weight files: once
+    key = {"bench": "cache", "weights": weights}
     parts = {"speed": _parts(args.parts, {**key, "items": speed_items, "part_of": "speed", "families": ["word"]}),
              "accuracy": _parts(args.parts, {**key, "items": n_items, "part_of": "accuracy",
                                              "families": list(families)})}     # the key of cases decoding both sides
@@ -247,8 +253,7 @@ def cache_main(args, argv) -> int:
     accuracy = cache_cases(lengths, refreshes, modes, methods)
     nones = [None] * len(accuracy)
     if args.none_from:
-        from dico.bench.parts import weights_id
-        saved, weights = table1_parts(args.none_from), weights_id(args.model)
+        saved = table1_parts(args.none_from)
         nones = [table1_none(saved, weights, n_items, families, case) for case in accuracy]
         taken = sum(none is not None for none in nones)
         if not taken:
