@@ -108,3 +108,41 @@ def test_cells_in_processes_give_the_rows_of_one_process(predictor, tmp_path):
     assert [(r["mode"], r["label"], r["right"], r["nfe_mean"]) for r in rows] == \
         [(r["mode"], r["label"], r["right"], r["nfe_mean"]) for r in expected]
     assert main(["breaks", "--jobs", "0", "--no-progress"]) == 2
+
+
+def test_a_cache_lane_counts_what_the_cache_broke_beside_its_twin(predictor):
+    """``--cache`` decodes each lane again with the cache, right after it: right with the cache = right without it,
+    less what the cache broke, plus what it mended; a cache refreshed every pass decodes as none and breaks nothing."""
+    from dico.bench.breaks import breaks, cached_lanes
+
+    lanes = cached_lanes([("Fast-dLLM", "fast", {})], "prefix") + \
+        [("Fast-dLLM, refreshed", "fast", {"cache": "dual", "cache_refresh": 1})]
+    assert [label for label, _, _ in lanes] == ["Fast-dLLM", "Fast-dLLM, prefix cache", "Fast-dLLM, refreshed"]
+    plain, cached, exact = breaks(predictor, ("team",), ("semi-ar",), 6, lanes, batch_size=3, progress=False)
+    assert "cache" not in plain and cached["cache"] == "prefix"
+    assert cached["right"] == plain["right"] - cached["broken_by_cache"] + cached["mended_by_cache"]
+    assert sum(cached["broken"].values()) == cached["broken_by_cache"] >= cached["broken_together"]
+    assert (exact["right"], exact["broken_by_cache"], exact["mended_by_cache"]) == (plain["right"], 0, 0)
+    assert cached_lanes(lanes[:1], None) == cached_lanes(lanes[:1], "none") == lanes[:1]
+
+
+def test_the_table_shows_what_a_cache_broke_only_when_a_lane_has_one():
+    row = {"family": "team", "mode": "semi-ar", "label": "DiCo", "n": 2, "right": 2, "nfe_mean": 9.0, "repeat": 0,
+           "mixed": 0, "malformed": 0, "wrong_together": 0, "right_together": 1, "example": None}
+    cached = {**row, "label": "DiCo, prefix cache", "right": 1, "mixed": 1, "cache": "prefix", "broken_by_cache": 1,
+              "broken": {"repeat": 0, "mixed": 1, "malformed": 0}, "broken_together": 0, "mended_by_cache": 0,
+              "example": {"text": "The leader is Ann Ray.", "kind": "mixed", "together": False}}
+    assert "cache broke" not in breaks_markdown([row], "t")
+    table = breaks_markdown([row, cached], "t")
+    assert "| DiCo | 2/2 [34-100%] | 9.0 | 0 / 0 / 0 | 0 of 0 | 1 of 2 | — | — | — |" in table
+    assert "| 1: 0 / 1 / 0 (0) | 0 | “The leader is Ann Ray.” |" in table
+
+
+def test_breaks_refuses_an_unknown_cache_or_method(capsys):
+    from dico.bench.benchmark import main
+
+    assert main(["breaks", "--cache", "lru", "--no-progress"]) == 2
+    assert "error: cache: must be one of none, prefix, dual, delayed, got 'lru'" in capsys.readouterr().err
+    assert main(["breaks", "--methods", "fast,beam", "--no-progress"]) == 2
+    assert "error: methods: comma-separated, each one of vanilla, topk, fast, dico, got 'fast,beam'" in \
+        capsys.readouterr().err

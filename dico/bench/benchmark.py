@@ -285,7 +285,10 @@ def main(argv=None) -> int:
     parser.add_argument("--none-from", metavar="DIR", help="cache only: the accuracy part's decodes without a cache "
                         "are Table 1's, saved by its --parts DIR (same weights and items); only the cached side is "
                         "decoded, batched")
-    parser.add_argument("--methods", default=None, help="cache only: comma-separated methods (default: every one)")
+    parser.add_argument("--methods", default=None, help="cache and breaks: comma-separated methods (default: every "
+                        "one)")
+    parser.add_argument("--cache", default="none", help="breaks only: decode every lane again with this KV cache "
+                        "kind, each beside its lane, counting the answers the cache broke (default none)")
     parser.add_argument("--speed-items", type=int, default=None, help="cache only: word problems in the speed part "
                         "(default 40, at most --items)")
     parser.add_argument("--parts", metavar="DIR", help="Table 1, ablations and cache: save each finished part (a "

@@ -10,6 +10,10 @@ each was committed. When two of them were committed by one step, each came from 
 the other: the paper's failure of naive parallel decoding. When they were committed at different steps, the later
 one saw the earlier and the model itself chose the mixture (what Vanilla's misses are). The table also counts the
 right answers in which a step committed two or more choice tokens at once: the parallelism a method got away with.
+
+With ``--cache KIND`` every lane is decoded again with that KV cache (issue 27), its row beside the lane's, and the
+row counts the answers the cache broke (right without it, wrong with it) and mended. In the first semi-AR block a
+prefix cache keeps only the prompt's keys and values: what it breaks there, the prompt's staleness broke.
 """
 from __future__ import annotations
 
@@ -22,12 +26,13 @@ from dico.bench.benchmark import QUICK_ITEMS, _items, _modes, _report, machine, 
 from dico.bench.parts import in_processes
 from dico.embedded import tasks
 from dico.embedded.picks import _FRAMES, chosen
-from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, SEMI_AR
+from dico.settings import CACHE_KINDS, DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, SEMI_AR
 
 CHOICE_FAMILIES = ("pick", "team")
 LANES = [("Vanilla", "vanilla", {}), ("Top-2 per step", "topk", {"k": 2}), ("Top-4 per step", "topk", {"k": 4}),
          ("Fast-dLLM", "fast", {}), ("DiCo", "dico", {})]
 DEFAULT_ITEMS = 40
+KINDS = ("repeat", "mixed", "malformed")
 
 
 def token_spans(tokenizer, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
@@ -93,10 +98,19 @@ def read(predictor, item, trace) -> dict:
     return found
 
 
+def cached_lanes(lanes, cache: str | None) -> list[tuple[str, str, dict]]:
+    """Each lane, followed by its twin decoding with the KV cache ``cache`` (none: the lanes as they are)."""
+    if cache in (None, "none"):
+        return list(lanes)
+    return [twin for label, method, settings in lanes
+            for twin in ((label, method, settings), (f"{label}, {cache} cache", method, {**settings, "cache": cache}))]
+
+
 def breaks(predictor, families, modes, n_items: int, lanes=LANES, gen_length: int = DEFAULT_GEN_LENGTH,
            batch_size: int = 8, progress: bool = True) -> list[dict]:
     """A row per (family, mode, lane): right, wrong by kind, wrong with the clash committed in one step, right with
-    two or more choice tokens committed in one step, and the first such break as an example."""
+    two or more choice tokens committed in one step, and the first such break as an example. A lane with a cache
+    that follows its twin without one also counts the answers the cache broke and mended."""
     from tqdm import tqdm
 
     from dico.batch import decode_batch, drain
@@ -107,6 +121,7 @@ def breaks(predictor, families, modes, n_items: int, lanes=LANES, gen_length: in
     for family in families:
         items = tasks.make_split(family, "test", n_items)
         for mode in modes:
+            plain = None
             for label, method, settings in lanes:
                 runs = decode_batch(predictor, [item.prompt for item in items], method, batch_size=batch_size,
                                     mode=mode, gen_length=gen_length,
@@ -115,22 +130,33 @@ def breaks(predictor, families, modes, n_items: int, lanes=LANES, gen_length: in
                 found = [read(predictor, item, trace) for item, trace in zip(items, traces)]
                 wrong = [f for f in found if not f["right"]]
                 example = next((f for f in wrong if f["together"]), None) or next(iter(wrong), None)
+                extra = {}
+                if settings.get("cache", "none") == "none":
+                    plain = found
+                elif plain is not None:         # beside its twin without a cache: what the cache broke and mended
+                    broke = [f for f, p in zip(found, plain) if p["right"] and not f["right"]]
+                    example = next(iter(broke), example)
+                    extra = {"cache": settings["cache"], "broken_by_cache": len(broke),
+                             "broken": {kind: sum(f["kind"] == kind for f in broke) for kind in KINDS},
+                             "broken_together": sum(f["together"] for f in broke),
+                             "mended_by_cache": sum(f["right"] and not p["right"] for f, p in zip(found, plain))}
                 rows.append({"family": family, "mode": mode, "label": label, "method": method, "settings": settings,
                              "n": len(found), "right": len(found) - len(wrong),
                              "nfe_mean": round(sum(t.nfe for t in traces) / len(traces), 2),
-                             **{kind: sum(f["kind"] == kind for f in wrong) for kind in ("repeat", "mixed",
-                                                                                        "malformed")},
+                             **{kind: sum(f["kind"] == kind for f in wrong) for kind in KINDS},
                              "wrong_together": sum(f["together"] for f in wrong),
                              "right_together": sum(f["together"] for f in found if f["right"]),
-                             "example": example})
+                             "example": example, **extra})
     bar.close()
     return rows
 
 
 def breaks_markdown(rows: list[dict], title: str) -> str:
+    cached = any("broken_by_cache" in r for r in rows)
     lines = [f"**{title}**", "", "| family | mode | lane | right [95%] | passes | wrong: repeat / mixed / malformed | "
-             "wrong, clashing tokens committed by one step | right, 2+ choice tokens committed by one step | a break |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "wrong, clashing tokens committed by one step | right, 2+ choice tokens committed by one step | "
+             + ("the cache broke: repeat / mixed / malformed (by one step) | mended | " if cached else "")
+             + "a break |", "|---|---|---|---|---|---|---|---|" + ("---|---|" if cached else "") + "---|"]
     for r in rows:
         example, wrong = r["example"], r["n"] - r["right"]
         said = "—"
@@ -140,11 +166,17 @@ def breaks_markdown(rows: list[dict], title: str) -> str:
                 s = example["step"]
                 said += (f": step {s['index']} ({s['phase']}) committed " + " + ".join(
                     f"`{t.strip()}` ({c:.2f})" for t, c in zip(s["tokens"], s["confidence"])))
+        by_cache = ""
+        if cached:
+            by_cache = "— | — | "
+            if "broken_by_cache" in r:
+                by_cache = (f"{r['broken_by_cache']}: {' / '.join(str(r['broken'][k]) for k in KINDS)} "
+                            f"({r['broken_together']}) | {r['mended_by_cache']} | ")
         low, high = wilson(r["right"], r["n"])
         lines.append(f"| {r['family']} | {r['mode']} | {r['label']} | {r['right']}/{r['n']} [{100 * low:.0f}-"
                      f"{100 * high:.0f}%] | {r['nfe_mean']:.1f} | {r['repeat']} / "
                      f"{r['mixed']} / {r['malformed']} | {r['wrong_together']} of {wrong} | {r['right_together']} of "
-                     f"{r['right']} | {said} |")
+                     f"{r['right']} | {by_cache}{said} |")
     return "\n".join(lines)
 
 
@@ -160,6 +192,14 @@ def breaks_main(args, argv) -> int:
             raise ValueError(f"families: breaks reads answers with several valid forms, {', '.join(CHOICE_FAMILIES)}; "
                              f"got {args.families!r}")
         modes = _modes(args.modes)
+        methods = [m for m in (args.methods or "").split(",") if m] or [method for _, method, _ in LANES]
+        lanes = [lane for lane in LANES if lane[1] in methods]
+        if not lanes or any(m not in {method for _, method, _ in LANES} for m in methods):
+            raise ValueError(f"methods: comma-separated, each one of {', '.join(dict.fromkeys(m for _, m, _ in LANES))}"
+                             f", got {args.methods!r}")
+        if args.cache not in CACHE_KINDS:
+            raise ValueError(f"cache: must be one of {', '.join(CACHE_KINDS)}, got {args.cache!r}")
+        lanes = cached_lanes(lanes, args.cache)
         import torch
 
         from dico.models import load_model
@@ -172,20 +212,23 @@ def breaks_main(args, argv) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     where, start = machine(args.jobs), time.time()
-    title = f"Which commits broke an answer: gen {DEFAULT_GEN_LENGTH}, {n_items} held-out items per family"
+    title = f"Which commits broke an answer: gen {DEFAULT_GEN_LENGTH}, {n_items} held-out items per family" + (
+        f", each lane beside itself with the {args.cache} cache" if args.cache != "none" else "")
     print(f"{title}: model {predictor.name}, on {where}", flush=True)
     if args.jobs > 1:
-        rows = in_processes(functools.partial(breaks_cell, n_items=n_items, batch_size=args.batch_size), args.model,
+        rows = in_processes(functools.partial(breaks_cell, n_items=n_items, batch_size=args.batch_size, lanes=lanes),
+                            args.model,
                             [(family, mode) for family in families for mode in modes], args.jobs,
                             progress=not args.no_progress, desc="breaks cells")
     else:
-        rows = breaks(predictor, families, modes, n_items, batch_size=args.batch_size, progress=not args.no_progress)
+        rows = breaks(predictor, families, modes, n_items, lanes, batch_size=args.batch_size,
+                      progress=not args.no_progress)
     _report(args, argv, breaks_markdown(rows, title), start, {
         "title": title, "model": predictor.name, "model_step": training_step(args.model), "machine": where,
         "rows": rows})
     return 0
 
 
-def breaks_cell(predictor, family: str, mode: str, n_items: int, batch_size: int) -> list[dict]:
+def breaks_cell(predictor, family: str, mode: str, n_items: int, batch_size: int, lanes=LANES) -> list[dict]:
     """One (family, mode) cell's rows: what ``--jobs`` gives each process."""
-    return breaks(predictor, (family,), (mode,), n_items, batch_size=batch_size, progress=False)
+    return breaks(predictor, (family,), (mode,), n_items, lanes, batch_size=batch_size, progress=False)
