@@ -16,7 +16,10 @@ only, so they stay exact). The kinds differ only in the positions a pass compute
   computed, so a decoded token's keys and values are cached from the pass after its commit.
 
 A pass refreshes (computes every position) when it is the first, when a block starts, and every
-``refresh`` passes (0: never otherwise; 1: every pass, exactly as no cache). The cache is a property
+``refresh`` passes (0: never otherwise; 1: every pass, exactly as no cache). With ``keep_prompt`` off every pass
+computes the prompt too: in a full pass the prompt's states read the answer written so far, and a model that
+finds which choices are taken through them (the embedded model's pick and team answers) loses answers to a
+prompt kept from the pass when the answer was all masks. The cache is a property
 of the forward pass only: the decoding rules see logits for every position as before, those not
 computed this pass being the ones last computed (positions outside the window, which no rule commits).
 
@@ -50,10 +53,12 @@ class Cache:
     classifier-free guidance: the prompted and the unprompted sequence). ``shift`` is the model's logit shift (Dream:
     position i is predicted at position i - 1, which is then computed too)."""
 
-    def __init__(self, kind: str, refresh: int, prompt_length: int, gen_length: int, *, rows: int = 1, shift: int = 0):
+    def __init__(self, kind: str, refresh: int, prompt_length: int, gen_length: int, *, rows: int = 1, shift: int = 0,
+                 keep_prompt: bool = True):
         if kind not in CACHE_KINDS or kind == "none":
             raise ValueError(f"cache: must be one of {', '.join(CACHE_KINDS[1:])} for a cached decode, got {kind!r}")
         self.kind, self.every, self.m, self.n, self.shift = kind, refresh, prompt_length, gen_length, shift
+        self.keep_prompt = keep_prompt
         self.stores = [KVStore() for _ in range(rows)]
         self.fresh = torch.zeros(prompt_length + gen_length, dtype=torch.bool)   # computed with its final token
         self.window: tuple[int, int] | None = None
@@ -82,6 +87,8 @@ class Cache:
                 need[start:end] = True
             else:                                                                          # delayed
                 need = full | ~self.fresh
+            if not self.keep_prompt:
+                need[:self.m] = True
             if self.shift:                                  # the logits of position i come from position i - shift
                 need[:-self.shift] |= need[self.shift:].clone()
         self.since += 1

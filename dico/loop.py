@@ -255,7 +255,7 @@ def _cache_for(predictor: MaskPredictor, settings: Settings, prompt_length: int,
         return None
     forward_for(predictor)
     return Cache(settings.cache, settings.cache_refresh, prompt_length, gen_length,
-                 rows=2 if settings.cfg_scale else 1, shift=cache_shift(predictor))
+                 rows=2 if settings.cfg_scale else 1, shift=cache_shift(predictor), keep_prompt=settings.cache_prompt)
 
 
 def _masked_list(values: torch.Tensor, masked: list[bool]) -> list[float | None]:

@@ -155,6 +155,9 @@ class SamplingSettings(Settings):
                          "are computed every pass)", choices=CACHE_KINDS)
     cache_refresh: int = setting(0, "passes between full refreshes of the cache (1: every pass, exactly as no cache; "
                                  "0: only when a block starts)", range=(0, 100000), step=1)
+    cache_prompt: bool = setting(True, "keep the prompt's keys and values between refreshes, as Fast-dLLM and "
+                                 "dKV-Cache do; off: every pass computes the prompt too, so it reads the answer written "
+                                 "so far (answers that copy choices from the prompt need that)")
 
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingSettings))

@@ -74,7 +74,7 @@ def test_bench_refuses_bad_requests_with_a_message(args):
 
 @pytest.mark.parametrize("args", [("--refresh", "-1"), ("--refresh", "often"), ("--modes", "sideways"),
                                   ("--speed-items", "0"), ("--none-from", "no-such-folder"),
-                                  ("--methods", "fast,slow")])
+                                  ("--methods", "fast,slow"), ("--cache-prompt", "sometimes")])
 def test_the_cache_bench_refuses_a_bad_refresh_or_mode_naming_it(args, capsys):
     from dico.bench.benchmark import main
 
@@ -123,6 +123,8 @@ def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items(tmp_
     assert {(c[1], c[4]) for c in cases} == set(CACHE_SERVES.items()) and {c[0] for c in cases} == set(METHODS)
     assert {c[5] for c in cache_cases(((16, 8),), (0, 4))} == {0, 4}
     assert {c[1] for c in cache_cases(((16, 8),), modes=("non-ar",))} == {"non-ar"}
+    assert {str(c[6:]) for c in cache_cases(((16, 8),), keep_prompt=(True, False))} == \
+        {"()", "({'cache_prompt': False},)"}          # the cases keeping the prompt keep their saved parts' keys
     predictor = dico.load_model(attention=False)
     cases = [("fast", "semi-ar", 16, 8, ("prefix", "dual"), 0), ("topk", "non-ar", 16, None, ("delayed",), 1)]
     rows = cache_bench(predictor, cases, ("word",), 2, progress=False, parts=Parts(tmp_path, {"bench": "cache"}))
@@ -144,6 +146,11 @@ def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items(tmp_
     assert r["accuracy_none_low"] <= r["accuracy_none"] <= r["accuracy_none_high"]
     assert r["tokens_per_s_none"] > 0 and r["tokens_per_s_cache"] > 0
     assert "| Fast-dLLM | semi-ar | 16 / 8 | dual | 2 |" in cache_markdown(rows, "t")
+    monkeypatch.undo()
+    fresh, = cache_bench(predictor, [("fast", "semi-ar", 16, 16, ("prefix",), 0, {"cache_prompt": False})], ("word",),
+                         2, progress=False)
+    assert fresh["cache_prompt"] is False and "| 16 / 16 | prefix, prompt computed | 2 |" in cache_markdown([fresh], "t")
+    assert fresh["changed"] == 0 and fresh["token_forwards_cache"] == fresh["token_forwards_none"]   # one block: exact
 
 
 def test_the_cache_bench_can_take_its_decodes_without_a_cache_from_table_1(tmp_path):

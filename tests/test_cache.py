@@ -117,6 +117,31 @@ def test_between_refreshes_a_pass_computes_only_its_kinds_positions(predictor, p
     assert trace.token_forwards == sum(s.token_forwards for s in trace.steps) < trace.nfe * length
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_without_the_prompt_kept_every_pass_computes_the_prompt_too(predictor, prompt, kind):
+    kept = run(predictor, prompt, "vanilla", "semi-ar", cache=kind)
+    fresh = run(predictor, prompt, "vanilla", "semi-ar", cache=kind, cache_prompt=False)
+    m = fresh.prompt_length
+    assert [s.refresh for s in fresh.steps] == [s.refresh for s in kept.steps]
+    for step in fresh.steps:
+        if not step.refresh:
+            masked = sum(c is not None for c in step.confidence)
+            expected = {"prefix": GEN - step.window[0], "dual": BLOCK, "delayed": masked + 1}[kind]
+            assert step.token_forwards == m + expected, (kind, step.index)
+
+
+@pytest.mark.parametrize("method,extra", METHODS[2:], ids=["topk", "fast", "fast-factor", "dico"])
+def test_a_prefix_cache_without_the_prompt_kept_is_exact_in_a_single_block(predictor, prompt, method, extra):
+    """In one block the prefix cache's only stale positions are the prompt's: computing it every pass leaves
+    nothing stale, so the decode is the uncached one, commit for commit."""
+    one_block = dict(mode="semi-ar", gen_length=GEN, block_length=GEN, **extra)
+    plain = dico.generate(predictor, prompt, method, **one_block)
+    fresh = dico.generate(predictor, prompt, method, cache="prefix", cache_prompt=False, **one_block)
+    kept = dico.generate(predictor, prompt, method, cache="prefix", **one_block)
+    assert decisions(fresh) == decisions(plain)
+    assert fresh.token_forwards == plain.token_forwards and kept.token_forwards < plain.token_forwards
+
+
 def test_refresh_every_n_passes_and_only_at_the_start_in_non_ar(predictor, prompt):
     never = run(predictor, prompt, "vanilla", "non-ar", cache="delayed")
     assert [s.index for s in never.steps if s.refresh] == [0]

@@ -134,6 +134,17 @@ def test_between_refreshes_a_pass_computes_fewer_positions(models, name):
 
 
 @pytest.mark.parametrize("name", ["llada", "dream"])
+def test_a_prefix_cache_computing_the_prompt_is_exact_in_a_single_block(models, name):
+    """One block, the prompt computed every pass: nothing the prefix cache reuses is stale (Dream's shift included)."""
+    one_block = dict(mode="semi-ar", gen_length=GEN, block_length=GEN)
+    for method, extra in METHODS:
+        plain = dico.generate(models[name], PROMPT, method, **one_block, **extra)
+        fresh = dico.generate(models[name], PROMPT, method, cache="prefix", cache_prompt=False, **one_block, **extra)
+        assert decisions(fresh) == decisions(plain), method
+        assert fresh.token_forwards == plain.token_forwards
+
+
+@pytest.mark.parametrize("name", ["llada", "dream"])
 def test_a_refresh_pass_gives_the_attention_maps_of_an_uncached_pass(models, name):
     plain = run(models[name], "fast", "non-ar", capture_attention=True)
     cached = run(models[name], "fast", "non-ar", capture_attention=True, cache="delayed", cache_refresh=1)

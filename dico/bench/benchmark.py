@@ -280,20 +280,15 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
     parser.add_argument("--json", metavar="PATH", help="write every row as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
-    parser.add_argument("--refresh", default="0", help="cache only: the accuracy part's cache_refresh values, "
-                        "comma-separated (default 0: refresh only at a block start or the first pass)")
-    parser.add_argument("--none-from", metavar="DIR", help="cache only: the accuracy part's decodes without a cache "
-                        "are Table 1's, saved by its --parts DIR (same weights and items); only the cached side is "
-                        "decoded, batched")
     parser.add_argument("--methods", default=None, help="cache and breaks: comma-separated methods (default: every "
                         "one)")
     parser.add_argument("--cache", default="none", help="breaks only: decode every lane again with this KV cache "
                         "kind, each beside its lane, counting the answers the cache broke (default none)")
-    parser.add_argument("--speed-items", type=int, default=None, help="cache only: word problems in the speed part "
-                        "(default 40, at most --items)")
     parser.add_argument("--parts", metavar="DIR", help="Table 1, ablations and cache: save each finished part (a "
                         "family, length and mode; a cache case) in DIR; the same command run again skips those saved")
     parser.add_argument("--no-progress", action="store_true")
+    from dico.bench.cache import cache_options
+    cache_options(parser)
     args = parser.parse_args(argv)
 
     if args.what == ["readme"]:

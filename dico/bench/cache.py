@@ -16,19 +16,28 @@ from dico.settings import METHODS, SEMI_AR
 
 # The cache benchmark (issue 27). Speed: Fast-dLLM's setting (gen 256, blocks of 32, dual cache) and the delayed
 # cache in non-AR; accuracy: each cache kind in the mode it serves, on Table 1's items and lengths. A case is
-# (method, mode, gen_length, block_length, cache kinds, cache_refresh): its kinds share one decode without a cache.
+# (method, mode, gen_length, block_length, cache kinds, cache_refresh[, other cache settings]): its kinds share one
+# decode without a cache. Other settings (``cache_prompt`` off) come as a trailing dict, only when given, so the
+# saved parts of the cases without them keep their keys.
 CACHE_SPEED = [(m, SEMI_AR, 256, 32, ("dual",), 0) for m in ("vanilla", "fast", "dico")] + \
     [(m, "non-ar", 256, None, ("delayed",), 0) for m in ("fast", "dico")]
 CACHE_SERVES = {SEMI_AR: ("prefix", "dual"), "non-ar": ("delayed",)}
 SPEED_ITEMS = 40
 
 
-def cache_cases(lengths=LENGTHS[:1], refreshes=(0,), modes=(SEMI_AR, "non-ar"), methods=METHODS) -> list[tuple]:
+def cache_cases(lengths=LENGTHS[:1], refreshes=(0,), modes=(SEMI_AR, "non-ar"), methods=METHODS,
+                keep_prompt=(True,)) -> list[tuple]:
     """The accuracy part's cases: every method with the cache kinds of each mode they serve, at each refresh
-    interval (0: only at a block start or the first pass)."""
-    return [(m, mode, gen, block if mode == SEMI_AR else None, kinds, refresh)
-            for gen, block in lengths for refresh in refreshes for mode, kinds in CACHE_SERVES.items()
-            if mode in modes for m in methods]
+    interval (0: only at a block start or the first pass), with the prompt kept between refreshes and/or not."""
+    return [(m, mode, gen, block if mode == SEMI_AR else None, kinds, refresh) + (() if keep else
+                                                                                  ({"cache_prompt": False},))
+            for gen, block in lengths for refresh in refreshes for keep in keep_prompt
+            for mode, kinds in CACHE_SERVES.items() if mode in modes for m in methods]
+
+
+def case_settings(case) -> dict:
+    """The cache settings a case decodes its cached side with, less the kind."""
+    return {"cache_refresh": case[5], **(case[6] if len(case) > 6 else {})}
 
 
 def cache_bench(predictor, cases, families, n_items: int, progress: bool = True, parts=None) -> list[dict]:
@@ -44,7 +53,7 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
     rows = []
     bar = tqdm(total=len(cases) * len(items), desc="cache", unit="item", disable=not progress, dynamic_ncols=True)
     for case in cases:
-        method, mode, gen, block, kinds, refresh = case
+        method, mode, gen, block, kinds = case[:5]
         saved = parts.get(list(case)) if parts else None
         if saved is not None:
             rows += saved
@@ -59,7 +68,7 @@ def cache_bench(predictor, cases, families, n_items: int, progress: bool = True,
             for c in configs[turn:] + configs[:turn]:
                 start = time.perf_counter()
                 trace = generate(predictor, item.prompt, method, mode=mode, gen_length=gen, block_length=block,
-                                 cache=c, cache_refresh=refresh)
+                                 **({"cache": c, **case_settings(case)} if c != "none" else {}))
                 total = sums[c]
                 total["wall"] += time.perf_counter() - start
                 total["nfe"] += trace.nfe
@@ -84,7 +93,7 @@ def _case_rows(case, items, sums: dict, right: dict, texts: dict) -> list[dict]:
     """A case's rows, one per cache kind, from each config's sums (wall seconds, NFE, token forwards; a ``None``
     wall: not timed side by side), whether it got each item right and its text's digest; ``by_family`` says
     where a cache changed an answer."""
-    method, mode, gen, block, kinds, refresh = case
+    method, mode, gen, block, kinds = case[:5]
     plain, n = sums["none"], len(items)
     low, high = wilson(sum(right["none"]), n)
     tps = {c: n * gen / v["wall"] if v["wall"] else None for c, v in sums.items()}
@@ -92,7 +101,7 @@ def _case_rows(case, items, sums: dict, right: dict, texts: dict) -> list[dict]:
     for i, item in enumerate(items):
         families.setdefault(item.family, []).append(i)
     return [{"method": method, "label": default_label(method), "mode": mode, "gen_length": gen,
-             "block_length": block, "cache": kind, "cache_refresh": refresh, "n": n, "families": list(families),
+             "block_length": block, "cache": kind, **case_settings(case), "n": n, "families": list(families),
              "accuracy_none": round(sum(right["none"]) / n, 4), "accuracy_none_low": round(low, 4),
              "accuracy_none_high": round(high, 4), "accuracy_cache": round(sum(right[kind]) / n, 4),
              "changed": round(sum(a != b for a, b in zip(texts["none"], texts[kind])) / n, 4),
@@ -119,14 +128,14 @@ def cache_against(predictor, case, families, n_items: int, none: dict, batch_siz
     saved = parts.get(list(case)) if parts else None
     if saved is not None:
         return saved
-    method, mode, gen, block, kinds, refresh = case
+    method, mode, gen, block, kinds = case[:5]
     items = _items_of(families, n_items)
     start = time.perf_counter()
     sums = {"none": {"wall": None, "nfe": none["nfe"], "forwards": none["forwards"]}}
     right, texts = {"none": none["right"]}, {"none": none["texts"]}
     for kind in kinds:
         runs = decode_batch(predictor, [item.prompt for item in items], method, batch_size=batch_size, mode=mode,
-                            gen_length=gen, block_length=block, cache=kind, cache_refresh=refresh)
+                            gen_length=gen, block_length=block, cache=kind, **case_settings(case))
         traces = drain(runs, bar.update if bar else None)
         sums[kind] = {"wall": None, "nfe": sum(t.nfe for t in traces),
                       "forwards": sum(t.token_forwards for t in traces)}
@@ -142,7 +151,7 @@ def table1_none(saved, weights: str, n_items: int, families, case) -> dict | Non
     """The decodes without a cache of an accuracy case, from Table 1's saved parts (``table1_parts``) of the same
     weights and items: NFE, token forwards, and per item (families in order) whether it was right and its text's
     digest. None if a family's part is missing (Table 1 not run there, or on other weights)."""
-    method, mode, gen, block, _, _ = case
+    method, mode, gen, block = case[:4]
     sums = {"nfe": 0.0, "forwards": 0.0, "right": [], "texts": []}
     for family in families:
         want = {"family": family, "gen_length": gen, "mode": mode}
@@ -195,7 +204,8 @@ def cache_markdown(rows: list[dict], title: str) -> str:
              "changed | NFE none -> cache | token forwards none -> cache | tokens/s none -> cache | speed-up |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        refresh = f", refresh {r['cache_refresh']}" if r.get("cache_refresh") else ""
+        refresh = (f", refresh {r['cache_refresh']}" if r.get("cache_refresh") else "") + \
+            (", prompt computed" if r.get("cache_prompt") is False else "")
         lines.append(f"| {r['label']} | {r['mode']} | {r['gen_length']} / {r['block_length'] or '-'} | {r['cache']}"
                      f"{refresh} | "
                      f"{r['n']} | {100 * r['accuracy_none']:.1f}% [{100 * r['accuracy_none_low']:.0f}-"
@@ -209,6 +219,19 @@ def cache_markdown(rows: list[dict], title: str) -> str:
 
 def _num(value, spec: str = ".1f", unit: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{unit}"
+
+
+def cache_options(parser) -> None:
+    """The options only ``python -m dico.bench cache`` reads."""
+    group = parser.add_argument_group("cache only")
+    group.add_argument("--refresh", default="0", help="the accuracy part's cache_refresh values, comma-separated "
+                       "(default 0: refresh only at a block start or the first pass)")
+    group.add_argument("--cache-prompt", default="on", help="keep the prompt's keys and values between refreshes in "
+                       "the accuracy part: on (default), off (computed every pass) or on,off")
+    group.add_argument("--none-from", metavar="DIR", help="the accuracy part's decodes without a cache are Table 1's, "
+                       "saved by its --parts DIR (same weights and items); only the cached side is decoded, batched")
+    group.add_argument("--speed-items", type=int, default=None, help="word problems in the speed part (default 40, "
+                       "at most --items)")
 
 
 def cache_main(args, argv) -> int:
@@ -227,6 +250,11 @@ def cache_main(args, argv) -> int:
         if not refreshes or not all(r.isdigit() for r in refreshes):
             raise ValueError(f"refresh: comma-separated passes between refreshes, each 0 or more, got {args.refresh!r}")
         refreshes = tuple(map(int, refreshes))
+        keep = tuple(dict.fromkeys(v.strip() for v in args.cache_prompt.split(",") if v.strip()))
+        if not keep or any(v not in ("on", "off") for v in keep):
+            raise ValueError(f"cache-prompt: on, off or on,off (keep the prompt's keys and values between refreshes), "
+                             f"got {args.cache_prompt!r}")
+        keep_prompt = tuple(v == "on" for v in keep)
         modes = _modes(args.modes)
         methods = tuple(m for m in (args.methods or ",".join(METHODS)).split(",") if m)
         if not methods or any(m not in METHODS for m in methods):
@@ -250,7 +278,7 @@ def cache_main(args, argv) -> int:
              "accuracy": _parts(args.parts, {**key, "items": n_items, "part_of": "accuracy",
                                              "families": list(families)})}     # the key of cases decoding both sides
     speed = [case for case in CACHE_SPEED if case[1] in modes and case[0] in methods]
-    accuracy = cache_cases(lengths, refreshes, modes, methods)
+    accuracy = cache_cases(lengths, refreshes, modes, methods, keep_prompt)
     nones = [None] * len(accuracy)
     if args.none_from:
         saved = table1_parts(args.none_from)
