@@ -59,7 +59,9 @@ def default_label(method: str, settings: Settings | dict | None = None, show_def
         if shown.get(switch):
             shown = {k: v for k, v in shown.items() if k not in preset or v != preset[k]}
     cache = shown.pop("cache", None)                                  # a cache reads as one: "dual cache"
-    rest = ", ".join(([f"{cache} cache"] if cache else []) + [f"{k}={_text(v)}" for k, v in shown.items()])
+    computed = shown.pop("cache_prompt", True) is False               # ... and its prompt as "prompt computed"
+    rest = ", ".join(([f"{cache} cache"] if cache else []) + (["prompt computed"] if computed else [])
+                     + [f"{k}={_text(v)}" for k, v in shown.items()])
     return f"{text} ({rest})" if rest else text
 
 

@@ -31,6 +31,7 @@ def test_a_lane_is_a_method_name_or_an_object_and_its_default_label_names_what_s
     assert default_label("fast-factor", {"factor": 2.0}) == "Fast-dLLM (factor 2)"
     assert default_label("dico", {"authors_code": True, "tau1": 0.4}) == "DiCo (authors_code=on, tau1=0.4)"
     assert default_label("fast", {"threshold": 0.7, "cache": "dual"}) == "Fast-dLLM 0.7 (dual cache)"
+    assert default_label("dico", {"cache": "delayed", "cache_prompt": False}) == "DiCo (delayed cache, prompt computed)"
     # two lanes of a method at their defaults but one given explicitly: the given value is named
     assert [lane.label for lane in parse_lanes(["fast", {"method": "fast", "settings": {"threshold": 0.95}}])] == \
         ["Fast-dLLM", "Fast-dLLM 0.95"]
