@@ -116,9 +116,11 @@ def test_a_cache_lane_counts_what_the_cache_broke_beside_its_twin(predictor):
     from dico.bench.breaks import breaks, cached_lanes
 
     lanes = cached_lanes([("Fast-dLLM", "fast", {})], "prefix") + \
-        [("Fast-dLLM, refreshed", "fast", {"cache": "dual", "cache_refresh": 1})]
-    assert [label for label, _, _ in lanes] == ["Fast-dLLM", "Fast-dLLM, prefix cache", "Fast-dLLM, refreshed"]
-    plain, cached, exact = breaks(predictor, ("team",), ("semi-ar",), 6, lanes, batch_size=3, progress=False)
+        [("Fast-dLLM, refreshed", "fast", {"cache": "dual", "cache_refresh": 1}),
+         ("Fast-dLLM 0.7, dual cache", "fast", {"threshold": 0.7, "cache": "dual"})]      # no twin without a cache
+    assert [label for label, _, _ in lanes[:3]] == ["Fast-dLLM", "Fast-dLLM, prefix cache", "Fast-dLLM, refreshed"]
+    plain, cached, exact, alone = breaks(predictor, ("team",), ("semi-ar",), 6, lanes, batch_size=3, progress=False)
+    assert "broken_by_cache" not in alone
     assert "cache" not in plain and cached["cache"] == "prefix"
     assert cached["right"] == plain["right"] - cached["broken_by_cache"] + cached["mended_by_cache"]
     assert sum(cached["broken"].values()) == cached["broken_by_cache"] >= cached["broken_together"]

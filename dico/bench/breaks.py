@@ -26,7 +26,7 @@ from dico.bench.benchmark import QUICK_ITEMS, _items, _modes, _report, machine, 
 from dico.bench.parts import in_processes
 from dico.embedded import tasks
 from dico.embedded.picks import _FRAMES, chosen
-from dico.settings import CACHE_KINDS, DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, SEMI_AR
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, SEMI_AR, SamplingSettings
 
 CHOICE_FAMILIES = ("pick", "team")
 LANES = [("Vanilla", "vanilla", {}), ("Top-2 per step", "topk", {"k": 2}), ("Top-4 per step", "topk", {"k": 4}),
@@ -106,11 +106,17 @@ def cached_lanes(lanes, cache: str | None) -> list[tuple[str, str, dict]]:
             for twin in ((label, method, settings), (f"{label}, {cache} cache", method, {**settings, "cache": cache}))]
 
 
+def _uncached(method: str, settings: dict) -> tuple:
+    """What a lane decodes with, less its cache settings: a cached lane's twin without a cache has the same."""
+    return method, tuple(sorted((k, v) for k, v in settings.items() if not k.startswith("cache")))
+
+
 def breaks(predictor, families, modes, n_items: int, lanes=LANES, gen_length: int = DEFAULT_GEN_LENGTH,
            batch_size: int = 8, progress: bool = True) -> list[dict]:
     """A row per (family, mode, lane): right, wrong by kind, wrong with the clash committed in one step, right with
     two or more choice tokens committed in one step, and the first such break as an example. A lane with a cache
-    that follows its twin without one also counts the answers the cache broke and mended."""
+    whose twin without one (same method and other settings) came before it also counts the answers the cache broke
+    and mended."""
     from tqdm import tqdm
 
     from dico.batch import decode_batch, drain
@@ -121,7 +127,7 @@ def breaks(predictor, families, modes, n_items: int, lanes=LANES, gen_length: in
     for family in families:
         items = tasks.make_split(family, "test", n_items)
         for mode in modes:
-            plain = None
+            plain = {}                  # each lane without a cache, by method and its other settings
             for label, method, settings in lanes:
                 runs = decode_batch(predictor, [item.prompt for item in items], method, batch_size=batch_size,
                                     mode=mode, gen_length=gen_length,
@@ -131,15 +137,16 @@ def breaks(predictor, families, modes, n_items: int, lanes=LANES, gen_length: in
                 wrong = [f for f in found if not f["right"]]
                 example = next((f for f in wrong if f["together"]), None) or next(iter(wrong), None)
                 extra = {}
+                twin = plain.get(_uncached(method, settings))
                 if settings.get("cache", "none") == "none":
-                    plain = found
-                elif plain is not None:         # beside its twin without a cache: what the cache broke and mended
-                    broke = [f for f, p in zip(found, plain) if p["right"] and not f["right"]]
+                    plain[_uncached(method, settings)] = found
+                elif twin is not None:          # beside its twin without a cache: what the cache broke and mended
+                    broke = [f for f, p in zip(found, twin) if p["right"] and not f["right"]]
                     example = next(iter(broke), example)
                     extra = {"cache": settings["cache"], "broken_by_cache": len(broke),
                              "broken": {kind: sum(f["kind"] == kind for f in broke) for kind in KINDS},
                              "broken_together": sum(f["together"] for f in broke),
-                             "mended_by_cache": sum(f["right"] and not p["right"] for f, p in zip(found, plain))}
+                             "mended_by_cache": sum(f["right"] and not p["right"] for f, p in zip(found, twin))}
                 rows.append({"family": family, "mode": mode, "label": label, "method": method, "settings": settings,
                              "n": len(found), "right": len(found) - len(wrong),
                              "nfe_mean": round(sum(t.nfe for t in traces) / len(traces), 2),
@@ -197,8 +204,7 @@ def breaks_main(args, argv) -> int:
         if not lanes or any(m not in {method for _, method, _ in LANES} for m in methods):
             raise ValueError(f"methods: comma-separated, each one of {', '.join(dict.fromkeys(m for _, m, _ in LANES))}"
                              f", got {args.methods!r}")
-        if args.cache not in CACHE_KINDS:
-            raise ValueError(f"cache: must be one of {', '.join(CACHE_KINDS)}, got {args.cache!r}")
+        SamplingSettings.from_dict({"cache": args.cache})      # the setting's own check names a bad kind
         lanes = cached_lanes(lanes, args.cache)
         import torch
 

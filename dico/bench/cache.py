@@ -204,10 +204,10 @@ def cache_markdown(rows: list[dict], title: str) -> str:
              "changed | NFE none -> cache | token forwards none -> cache | tokens/s none -> cache | speed-up |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        refresh = (f", refresh {r['cache_refresh']}" if r.get("cache_refresh") else "") + \
-            (", prompt computed" if r.get("cache_prompt") is False else "")
+        how = (f", refresh {r['cache_refresh']}" if r.get("cache_refresh") else "") + \
+            (", prompt computed" if r.get("cache_prompt") is False else "")      # the cache's settings besides its kind
         lines.append(f"| {r['label']} | {r['mode']} | {r['gen_length']} / {r['block_length'] or '-'} | {r['cache']}"
-                     f"{refresh} | "
+                     f"{how} | "
                      f"{r['n']} | {100 * r['accuracy_none']:.1f}% [{100 * r['accuracy_none_low']:.0f}-"
                      f"{100 * r['accuracy_none_high']:.0f}] -> {100 * r['accuracy_cache']:.1f}% | "
                      f"{100 * r['changed']:.0f}% | {r['nfe_none']:.1f} -> {r['nfe_cache']:.1f} | "
