@@ -146,5 +146,5 @@ def test_breaks_refuses_an_unknown_cache_or_method(capsys):
     assert main(["breaks", "--cache", "lru", "--no-progress"]) == 2
     assert "error: cache: must be one of none, prefix, dual, delayed, got 'lru'" in capsys.readouterr().err
     assert main(["breaks", "--methods", "fast,beam", "--no-progress"]) == 2
-    assert "error: methods: comma-separated, each one of vanilla, topk, fast, dico, got 'fast,beam'" in \
+    assert "error: methods: unknown method 'beam'; choose from vanilla, topk, fast, dico" in \
         capsys.readouterr().err

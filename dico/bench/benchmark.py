@@ -225,21 +225,21 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def _choices(option: str, text: str | None, allowed, noun: str, default=()) -> tuple[str, ...]:
+    """A comma-separated option's values (``default`` when it is not given), each one of ``allowed``."""
+    chosen = tuple(dict.fromkeys(v for v in (text or "").split(",") if v)) or tuple(default)
+    unknown = [v for v in chosen if v not in allowed]
+    if unknown or not chosen:
+        raise ValueError(f"{option}: unknown {noun} {(unknown or [text])[0]!r}; choose from {', '.join(allowed)}")
+    return chosen
+
+
 def _families(text: str) -> tuple[str, ...]:
-    families = tuple(f for f in text.split(",") if f)
-    unknown = [f for f in families if f not in tasks.FAMILIES]
-    if unknown or not families:
-        raise ValueError(f"families: unknown family {(unknown or [text])[0]!r}; choose from "
-                         f"{', '.join(tasks.FAMILIES)}")
-    return families
+    return _choices("families", text, tasks.FAMILIES, "family")
 
 
 def _modes(text: str) -> tuple[str, ...]:
-    modes = tuple(m for m in text.split(",") if m)
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
-        raise ValueError(f"modes: unknown mode {(unknown or [text])[0]!r}; choose from {', '.join(MODES)}")
-    return modes
+    return _choices("modes", text, MODES, "mode")
 
 
 def _items(n_items: int) -> int:
@@ -326,20 +326,19 @@ def main(argv=None) -> int:
               "error: gen: only the frontier takes --gen (Table 1 and the ablations take --lengths)", file=sys.stderr)
         return 2
     n_items = args.items or (QUICK_ITEMS if args.quick else FULL_ITEMS)
-    modes = tuple(m for m in args.modes.split(",") if m)
     if args.what[:1] == ["ablation"]:
         name = args.what[1]
         configs, (families, modes) = [(label, "dico", s) for label, s in ABLATIONS[name].items()], ABLATION_SCOPE[name]
         title, default_lengths = f"Ablation: {name}", LENGTHS[:1]
     else:
-        configs, title, families = TABLE, "Table 1 (small scale)", None
+        configs, title, families, modes = TABLE, "Table 1 (small scale)", None, None
         default_lengths = LENGTHS[:1] if args.quick else LENGTHS
     try:
         lengths = _lengths(args.lengths) if args.lengths else default_lengths
         _items(n_items)
         if args.batch_size < 1 or args.jobs < 1:
             raise ValueError(f"batch_size, jobs: must be >= 1, got {args.batch_size}, {args.jobs}")
-        families = families or _families(args.families)
+        families, modes = families or _families(args.families), modes or _modes(args.modes)
         from dico.models import EMBEDDED_NAME, load_model
         parallel = args.jobs > 1 and args.what != ["throughput"]     # the worker processes load their own model
         predictor = None if parallel else load_model(args.model, attention=False)

@@ -22,7 +22,7 @@ import re
 import sys
 import time
 
-from dico.bench.benchmark import QUICK_ITEMS, _items, _modes, _report, machine, training_step, wilson
+from dico.bench.benchmark import QUICK_ITEMS, _choices, _items, _modes, _report, machine, training_step, wilson
 from dico.bench.parts import in_processes
 from dico.embedded import tasks
 from dico.embedded.picks import _FRAMES, chosen
@@ -199,11 +199,9 @@ def breaks_main(args, argv) -> int:
             raise ValueError(f"families: breaks reads answers with several valid forms, {', '.join(CHOICE_FAMILIES)}; "
                              f"got {args.families!r}")
         modes = _modes(args.modes)
-        methods = [m for m in (args.methods or "").split(",") if m] or [method for _, method, _ in LANES]
+        offered = tuple(dict.fromkeys(method for _, method, _ in LANES))
+        methods = _choices("methods", args.methods, offered, "method", default=offered)
         lanes = [lane for lane in LANES if lane[1] in methods]
-        if not lanes or any(m not in {method for _, method, _ in LANES} for m in methods):
-            raise ValueError(f"methods: comma-separated, each one of {', '.join(dict.fromkeys(m for _, m, _ in LANES))}"
-                             f", got {args.methods!r}")
         SamplingSettings.from_dict({"cache": args.cache})      # the setting's own check names a bad kind
         lanes = cached_lanes(lanes, args.cache)
         import torch

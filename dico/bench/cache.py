@@ -9,7 +9,7 @@ import sys
 import time
 
 from dico.embedded import tasks
-from dico.bench.benchmark import (FULL_ITEMS, LENGTHS, QUICK_ITEMS, _count, _families, _items, _lengths, _modes,
+from dico.bench.benchmark import (FULL_ITEMS, LENGTHS, QUICK_ITEMS, _choices, _count, _families, _items, _lengths, _modes,
                                   _report, machine, text_digest, training_step, wilson)
 from dico.lanes import default_label
 from dico.settings import METHODS, SEMI_AR
@@ -256,9 +256,7 @@ def cache_main(args, argv) -> int:
                              f"got {args.cache_prompt!r}")
         keep_prompt = tuple(v == "on" for v in keep)
         modes = _modes(args.modes)
-        methods = tuple(m for m in (args.methods or ",".join(METHODS)).split(",") if m)
-        if not methods or any(m not in METHODS for m in methods):
-            raise ValueError(f"methods: comma-separated, each one of {', '.join(METHODS)}, got {args.methods!r}")
+        methods = _choices("methods", args.methods, METHODS, "method", default=METHODS)
         if args.speed_items is not None and args.speed_items < 1:
             raise ValueError(f"speed-items: at least 1 word problem, got {args.speed_items}")
         predictor = load_model(args.model, attention=False)
