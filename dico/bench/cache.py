@@ -9,8 +9,8 @@ import sys
 import time
 
 from dico.embedded import tasks
-from dico.bench.benchmark import (FULL_ITEMS, LENGTHS, QUICK_ITEMS, _choices, _count, _families, _items, _lengths, _modes,
-                                  _report, machine, text_digest, training_step, wilson)
+from dico.bench.benchmark import (FULL_ITEMS, LENGTHS, QUICK_ITEMS, _choices, _count, _families, _items, _lengths,
+                                  _modes, _report, machine, text_digest, training_step, wilson)
 from dico.lanes import default_label
 from dico.settings import METHODS, SEMI_AR
 
