@@ -137,9 +137,10 @@ def breaks(predictor, families, modes, n_items: int, lanes=LANES, gen_length: in
                 wrong = [f for f in found if not f["right"]]
                 example = next((f for f in wrong if f["together"]), None) or next(iter(wrong), None)
                 extra = {}
-                twin = plain.get(_uncached(method, settings))
+                uncached = _uncached(method, settings)
+                twin = plain.get(uncached)
                 if settings.get("cache", "none") == "none":
-                    plain[_uncached(method, settings)] = found
+                    plain[uncached] = found
                 elif twin is not None:          # beside its twin without a cache: what the cache broke and mended
                     broke = [f for f, p in zip(found, twin) if p["right"] and not f["right"]]
                     example = next(iter(broke), example)
