@@ -203,7 +203,10 @@ def _spacing_style(tokenizer) -> str:
 
 def default_device_dtype(device: str | None = None, dtype: str | None = None):
     """CUDA with bf16 when present, else CPU with fp32 (bf16 matmuls are slow and lossy on CPU)."""
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except (RuntimeError, TypeError) as exc:
+        raise ModelError(f"device: unknown device {device!r}; choose cpu, cuda or cuda:N") from exc
     if dtype is None:
         dt = torch.bfloat16 if dev.type == "cuda" else torch.float32
     else:

@@ -58,11 +58,23 @@ def test_old_result_files_read_with_method_ids_and_labels():
     assert {r["method"]: r["label"] for r in rows}["fast-factor"] == "Fast-dLLM (factor)"
 
 
+def test_parts_decoded_on_a_gpu_or_in_another_dtype_are_kept_apart_from_the_cpus():
+    from dico.bench.hardware import decoded_on, machine
+
+    assert decoded_on((None, None, None)) == decoded_on((None, "cpu", "float32")) == {}     # as parts saved before
+    assert decoded_on((None, "cpu", "bf16")) == {"device": "cpu", "dtype": "bfloat16"}
+    assert decoded_on((None, "cuda", None)) == {"device": "cuda", "dtype": "bfloat16"}
+    assert "torch thread" in machine(1, (None, "cpu", None))
+
+
 def test_the_throughput_table_names_the_families_its_prompts_came_from():
     row = {"method": "dico", "label": "DiCo", "batch_size": 1, "n": 8, "gen_length": 96, "tokens_per_s": 10.0,
            "speedup_batch": 1.0}
     assert "prompts (word, list, pick, team)" in throughput_markdown([row | {"families": list(tasks.FAMILIES)}])
     assert "prompts (both families)" in throughput_markdown([row])         # a file from before pick and team
+    assert "every batch size decoded the same texts" in throughput_markdown([row])
+    on_gpu = throughput_markdown([row, row | {"batch_size": 8, "texts_changed": 1}])      # bf16 sums in a batch
+    assert "1 of 8 texts differ from batch 1's" in on_gpu
 
 
 @pytest.mark.parametrize("args", [("ablation", "colour"), ("--lengths", "96/40"), ("--batch-size", "0"),
@@ -74,7 +86,8 @@ def test_bench_refuses_bad_requests_with_a_message(args):
 
 @pytest.mark.parametrize("args", [("--refresh", "-1"), ("--refresh", "often"), ("--modes", "sideways"),
                                   ("--speed-items", "0"), ("--none-from", "no-such-folder"),
-                                  ("--methods", "fast,slow"), ("--cache-prompt", "sometimes")])
+                                  ("--methods", "fast,slow"), ("--cache-prompt", "sometimes"), ("--device", "tpu"),
+                                  ("--dtype", "float8")])
 def test_the_cache_bench_refuses_a_bad_refresh_or_mode_naming_it(args, capsys):
     from dico.bench.benchmark import main
 
@@ -105,7 +118,7 @@ def test_a_table_names_the_training_step_of_the_weights_it_measured(tmp_path):
     """The embedded model is retrained under one name: each table says which weights made it."""
     import json
 
-    from dico.bench.benchmark import training_step
+    from dico.bench.hardware import training_step
 
     assert training_step(None) == json.loads((ROOT / "assets" / "dico-tiny" / "train_log.json").read_text())["step"]
     assert training_step(str(tmp_path)) is None                       # a hub id or a folder without a train log

@@ -22,7 +22,8 @@ import re
 import sys
 import time
 
-from dico.bench.benchmark import QUICK_ITEMS, _choices, _items, _modes, _report, machine, training_step, wilson
+from dico.bench.benchmark import QUICK_ITEMS, _choices, _items, _modes, _report, wilson
+from dico.bench.hardware import bench_model, load_bench_model, machine, training_step
 from dico.bench.parts import in_processes
 from dico.embedded import tasks
 from dico.embedded.picks import _FRAMES, chosen
@@ -207,22 +208,21 @@ def breaks_main(args, argv) -> int:
         lanes = cached_lanes(lanes, args.cache)
         import torch
 
-        from dico.models import load_model
-
         torch.set_num_threads(1)
         if args.jobs < 1:
             raise ValueError(f"jobs: must be >= 1, got {args.jobs}")
-        predictor = load_model(args.model, attention=False)
+        model = bench_model(args)
+        predictor = load_bench_model(model)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    where, start = machine(args.jobs), time.time()
+    where, start = machine(args.jobs, model), time.time()
     title = f"Which commits broke an answer: gen {DEFAULT_GEN_LENGTH}, {n_items} held-out items per family" + (
         f", each lane beside itself with the {args.cache} cache" if args.cache != "none" else "")
     print(f"{title}: model {predictor.name}, on {where}", flush=True)
     if args.jobs > 1:
         rows = in_processes(functools.partial(breaks_cell, n_items=n_items, batch_size=args.batch_size, lanes=lanes),
-                            args.model,
+                            model,
                             [(family, mode) for family in families for mode in modes], args.jobs,
                             progress=not args.no_progress, desc="breaks cells")
     else:

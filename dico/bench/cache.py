@@ -9,8 +9,9 @@ import sys
 import time
 
 from dico.embedded import tasks
-from dico.bench.benchmark import (FULL_ITEMS, LENGTHS, QUICK_ITEMS, _choices, _count, _families, _items, _lengths,
-                                  _modes, _report, machine, text_digest, training_step, wilson)
+from dico.bench.benchmark import (FULL_ITEMS, LENGTHS, QUICK_ITEMS, _choices, _families, _items, _lengths, _modes,
+                                  _report, text_digest, wilson)
+from dico.bench.hardware import _count, bench_model, decoded_on, load_bench_model, machine, training_step
 from dico.lanes import default_label
 from dico.settings import METHODS, SEMI_AR
 
@@ -238,8 +239,6 @@ def cache_main(args, argv) -> int:
     """``python -m dico.bench cache``: the speed cases on word problems, then the accuracy cases on every family."""
     import torch
 
-    from dico.models import load_model
-
     torch.set_num_threads(1)
     n_items = args.items or (QUICK_ITEMS if args.quick else FULL_ITEMS)
     try:
@@ -259,19 +258,20 @@ def cache_main(args, argv) -> int:
         methods = _choices("methods", args.methods, METHODS, "method", default=METHODS)
         if args.speed_items is not None and args.speed_items < 1:
             raise ValueError(f"speed-items: at least 1 word problem, got {args.speed_items}")
-        predictor = load_model(args.model, attention=False)
+        model = bench_model(args)
+        predictor = load_bench_model(model)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     speed_items = min(args.speed_items or SPEED_ITEMS, n_items)
-    where, start = machine(args.jobs) + ", batch 1", time.time()
+    where, start = machine(args.jobs, model) + ", batch 1", time.time()
     print(f"cache: model {predictor.name}, {_count(speed_items, 'word problem')} for speed, {n_items} items per "
           f"family for accuracy, on {where}", flush=True)
     weights = None
     if args.parts or args.none_from:
         from dico.bench.parts import weights_id
         weights = weights_id(args.model)        # hashes the weight files: once
-    key = {"bench": "cache", "weights": weights}
+    key = {"bench": "cache", "weights": weights, **decoded_on(model)}
     parts = {"speed": _parts(args.parts, {**key, "items": speed_items, "part_of": "speed", "families": ["word"]}),
              "accuracy": _parts(args.parts, {**key, "items": n_items, "part_of": "accuracy",
                                              "families": list(families)})}     # the key of cases decoding both sides
@@ -296,7 +296,7 @@ def cache_main(args, argv) -> int:
          for case, none in zip(accuracy, nones)]
     if args.jobs > 1:       # every case in one pool: each case's decodes stay interleaved in its process
         from dico.bench.parts import in_processes
-        rows = in_processes(cache_case, args.model, cells, args.jobs, not args.no_progress, "cache cases")
+        rows = in_processes(cache_case, model, cells, args.jobs, not args.no_progress, "cache cases")
     else:
         rows = [row for cell in cells for row in cache_case(predictor, *cell, progress=not args.no_progress)]
     speed_rows, accuracy_rows = rows[:len(speed)], rows[len(speed):]       # a speed case has one kind

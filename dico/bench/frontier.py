@@ -17,8 +17,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from dico.bench.benchmark import (FULL_ITEMS, QUICK_ITEMS, Cell, _families, _items, _modes, _report, _row,
-                                  decode_cell, machine, training_step)
+from dico.bench.benchmark import FULL_ITEMS, QUICK_ITEMS, Cell, _families, _items, _modes, _report, _row, decode_cell
+from dico.bench.hardware import bench_model, load_bench_model, machine, training_step
 from dico.bench.parts import in_processes
 from dico.bench.tables import frontier_markdown
 from dico.embedded import tasks
@@ -109,21 +109,20 @@ def frontier_main(args, argv) -> int:
                              f"batches their items), got {args.jobs}, {args.batch_size}")
         import torch
 
-        from dico.models import load_model
-
         torch.set_num_threads(1)    # on a shared, loaded CPU two threads spin against each other: 40x slower passes
-        predictor = load_model(args.model, attention=False)
+        model = bench_model(args)
+        predictor = load_bench_model(model)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    where, start = machine(args.jobs), time.time()
+    where, start = machine(args.jobs, model), time.time()
     title = f"Speed-accuracy frontier: gen {gen_length}" + (
         f", semi-AR in blocks of {DEFAULT_BLOCK_LENGTH}" if SEMI_AR in modes else "")
     print(f"{title}: model {predictor.name}, {n_items} held-out items per family, {len(sweep(gen_length))} points, "
           f"batch size {args.batch_size}, on {where}", flush=True)
     if args.jobs > 1:
         rows = in_processes(functools.partial(frontier_cell, n_items=n_items, gen_length=gen_length,
-                                              batch_size=args.batch_size), args.model,
+                                              batch_size=args.batch_size), model,
                             [(family, mode) for family in families for mode in modes], args.jobs,
                             progress=not args.no_progress, desc="frontier cells")
     else:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from dico.bench import benchmark
+from dico.bench.hardware import load_bench_model
 
 
 def weights_id(model: str | None) -> str:
@@ -127,15 +128,14 @@ def _part_key(part) -> dict:
 _PREDICTORS: dict = {}
 
 
-def _predictor(model):
-    """This process's model, loaded once per process, on one torch thread (a process per core)."""
+def _predictor(model: tuple):
+    """This process's model (``benchmark.bench_model``'s spec), loaded once per process, on one torch thread (a
+    process per core)."""
     import torch
-
-    from dico.models import load_model
 
     torch.set_num_threads(1)
     if model not in _PREDICTORS:
-        _PREDICTORS[model] = load_model(model, attention=False)
+        _PREDICTORS[model] = load_bench_model(model)
     return _PREDICTORS[model]
 
 

@@ -93,15 +93,20 @@ def frontier_markdown(rows, title: str) -> str:
 
 def throughput_markdown(rows) -> str:
     batches = list(dict.fromkeys(r["batch_size"] for r in rows))
+    labels = list(dict.fromkeys(r["label"] for r in rows))
     lines = ["**Throughput by batch size**", "",
              "| Method | " + " | ".join(f"batch {b} tokens/s" for b in batches) + " |", "|" + "---|" * (1 + len(batches))]
-    for label in dict.fromkeys(r["label"] for r in rows):
+    for label in labels:
         cells = {r["batch_size"]: r for r in rows if r["label"] == label}
         lines.append(f"| {label} | " + " | ".join(f"{cells[b]['tokens_per_s']:.0f} ({cells[b]['speedup_batch']:.2f}x)"
                                                   for b in batches) + " |")
     families = ", ".join(rows[0].get("families", ())) or "both families"      # files from before pick and team
+    changed = sum(r.get("texts_changed", 0) for r in rows)
+    same = ("every batch size decoded the same texts." if not changed else
+            f"{changed} of {rows[0]['n'] * (len(batches) - 1) * len(labels)} texts differ from batch "
+            f"{batches[0]}'s (another order of sums in a batch: near decisions).")
     lines += ["", f"The same {rows[0]['n']} held-out prompts ({families}), gen {rows[0]['gen_length']} non-AR, at "
-                  "each batch size one after the other; (x) against batch 1; every batch size decoded the same texts."]
+                  f"each batch size one after the other; (x) against batch 1; {same}"]
     return "\n".join(lines)
 
 
