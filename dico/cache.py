@@ -133,16 +133,25 @@ class Exchange:
         return ((~self.key_mask).to(dtype) * torch.finfo(dtype).min)[:, None, None, :]
 
     def kv(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Write this pass's keys and values (b, h, q, d) at their positions; return every position's (b, h, w, d)."""
+        """Write this pass's keys and values (b, h, q, d) at their positions; return every position's (b, h, w, d).
+
+        The stores' rows are views of the batch tensor the last pass built; when this pass has the same rows at the
+        same width (always, one sequence at a time), the fresh ones are written into it in place: a pass then
+        moves only what it computed, not the whole store (on a GPU the copies cost more than a small pass)."""
         b, h, q, d = k.shape
         out = []
+        index = self.qpos[:, None, :, None].expand(b, h, q, d)
         for new, bank in ((k, "keys"), (v, "values")):
+            full = self._batch_of(layer, bank, (b, h, self.width, d))
+            if full is not None:
+                out.append(full.scatter_(2, index, new))
+                continue
             full = new.new_zeros(b, h, self.width, d)
             for row, store in enumerate(self.stores):
                 kept = getattr(store, bank)
                 if len(kept) > layer:
                     full[row, :, :self.lengths[row]] = kept[layer]
-            full.scatter_(2, self.qpos[:, None, :, None].expand(b, h, q, d), new)
+            full.scatter_(2, index, new)
             for row, store in enumerate(self.stores):
                 kept, view = getattr(store, bank), full[row, :, :self.lengths[row]]
                 if len(kept) > layer:
@@ -151,6 +160,23 @@ class Exchange:
                     kept.append(view)
             out.append(full)
         return out[0], out[1]
+
+
+    def _batch_of(self, layer: int, bank: str, shape) -> torch.Tensor | None:
+        """The tensor of ``shape`` whose row ``r`` every store ``r``'s kept keys (or values) of ``layer`` view, at
+        the row's length; None when the rows were kept apart (another batch, a row finished, another width)."""
+        kept = [getattr(store, bank) for store in self.stores]
+        if any(len(k) <= layer for k in kept):
+            return None
+        full = kept[0][layer]._base
+        if full is None or tuple(full.shape) != tuple(shape):
+            return None
+        for row, (k, length) in enumerate(zip(kept, self.lengths)):
+            view = k[layer]
+            if (view._base is not full or view.shape[1] != length or view.storage_offset() != full[row].storage_offset()
+                    or view.stride() != full[row].stride()):
+                return None
+        return full
 
 
 def cached_forward(predictor, ids: torch.Tensor, stores: list[KVStore], positions: list[torch.Tensor],

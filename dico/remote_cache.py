@@ -130,15 +130,15 @@ def _llada(model, qids: torch.Tensor, ex, attentions=False):
     if getattr(cfg, "input_emb_norm", False):
         x = x * (cfg.d_model ** 0.5)
     full_precision = getattr(cfg, "rope_full_precision", True)
-    mask, maps = _key_mask(ex), []
+    mask, maps, tables = _key_mask(ex), [], {}
     for i, block in enumerate(parts.blocks):
         h = block.attn_norm(x)
         q, k, v = block.q_proj(h), block.k_proj(h), block.v_proj(h)
         if getattr(block, "q_norm", None) is not None:          # attention_layer_norm, before the heads are split
             q, k = block.q_norm(q).to(dtype=k.dtype), block.k_norm(k).to(dtype=k.dtype)
         q, k, v = _heads(q, size), _heads(k, size), _heads(v, size)
-        sin, cos = block.rotary_emb.get_rotary_embedding(ex.width, q.device)              # 1, 1, >= w, d
-        q, k = (_llada_rope(t, sin, cos, ex.qpos, full_precision) for t in (q, k))
+        sin, cos = _llada_angles(block, ex, tables, q.dtype if not full_precision else torch.float32)
+        q, k = (_llada_rope(t, sin, cos, full_precision) for t in (q, k))
         keys, values = ex.kv(i, k, v)                                                       # b, kv, w, d
         att, keys = _attend(q, keys, values, mask)
         if _wanted(attentions, block):
@@ -153,10 +153,20 @@ def _llada(model, qids: torch.Tensor, ex, attentions=False):
     return logits, (tuple(maps) if attentions else None)
 
 
-def _llada_rope(t, sin, cos, qpos, full_precision: bool):
-    """LLaDA's rotation of queries or keys (b, h, q, d) at their positions, in float32 with rope_full_precision."""
+def _llada_angles(block, ex, tables: dict, dtype):
+    """The block's sin and cos at the queried positions (b, 1, q, d) in ``dtype``, gathered once per pass for each
+    table: LLaDA's blocks share one (its ``BufferCache``), so a pass gathers it once, not twice a layer."""
+    sin, cos = block.rotary_emb.get_rotary_embedding(ex.width, ex.qpos.device)            # 1, 1, >= w, d
+    key = (sin.data_ptr(), cos.data_ptr(), tuple(sin.shape), dtype)
+    if key not in tables:
+        tables[key] = tuple(t[0, 0][ex.qpos][:, None].to(dtype) for t in (sin, cos))
+    return tables[key]
+
+
+def _llada_rope(t, sin, cos, full_precision: bool):
+    """LLaDA's rotation of queries or keys (b, h, q, d) by the angles of their positions, in float32 with
+    rope_full_precision."""
     x = t.float() if full_precision else t
-    sin, cos = sin[0, 0][qpos][:, None].type_as(x), cos[0, 0][qpos][:, None].type_as(x)   # b, 1, q, d
     return ((x * cos) + (_rotate_half(x) * sin)).to(x.dtype).type_as(t)
 
 

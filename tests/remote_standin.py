@@ -120,9 +120,9 @@ def init_standin(module, std=0.15):
 class LladaRotary(nn.Module):
     """A sin/cos table by position (rotate-half pairing), grown on demand and moved to the queries' device."""
 
-    def __init__(self, config):
+    def __init__(self, config, table: dict | None = None):
         super().__init__()
-        self.config, self.table = config, {}
+        self.config, self.table = config, ({} if table is None else table)     # LLaDA: one table for every block
         self.get_rotary_embedding(config.max_sequence_length, torch.device("cpu"))
 
     def get_rotary_embedding(self, seq_len, device):
@@ -151,7 +151,7 @@ class LladaRotary(nn.Module):
 
 
 class LladaBlock(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config, table: dict | None = None):
         super().__init__()
         d, heads, kv = config.d_model, config.n_heads, config.effective_n_kv_heads
         self.config, self.head_dim, self.probs = config, d // heads, None
@@ -167,7 +167,7 @@ class LladaBlock(nn.Module):
         self.up_proj = nn.Linear(d, config.mlp_hidden_size, bias=False)
         self.ff_out = nn.Linear(config.mlp_hidden_size, d, bias=False)
         self.act = nn.SiLU()
-        self.rotary_emb = LladaRotary(config)
+        self.rotary_emb = LladaRotary(config, table)
 
     def attention(self, q, k, v, bias):
         b, t, c = q.shape
@@ -199,10 +199,10 @@ class LladaBlock(nn.Module):
 class LladaCore(nn.Module):
     def __init__(self, config):
         super().__init__()
-        self.config = config
+        self.config, table = config, {}            # the rotary table every block shares, as LLaDA's BufferCache
         parts = dict(wte=nn.Embedding(config.embedding_size or config.vocab_size, config.d_model),
                      ln_f=RMSNorm(config.d_model, config.rms_norm_eps),
-                     blocks=nn.ModuleList(LladaBlock(config) for _ in range(config.n_layers)))
+                     blocks=nn.ModuleList(LladaBlock(config, table) for _ in range(config.n_layers)))
         if not config.weight_tying:
             parts["ff_out"] = nn.Linear(config.d_model, config.embedding_size or config.vocab_size, bias=False)
         self.transformer = nn.ModuleDict(parts)
