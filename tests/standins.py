@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import zlib
 from dataclasses import dataclass
@@ -30,6 +31,10 @@ import torch
 from torch import nn
 
 import dico
+
+# Where the model tests that compare a model with itself (cache against no cache, a batch against its rows) load
+# it: the CPU, or a real GPU where there is one (``DICO_TEST_DEVICE=cuda``, tests/gpu_check.sh). float32 either way.
+TEST_DEVICE = os.environ.get("DICO_TEST_DEVICE", "cpu")
 
 VOCAB = 64
 PAD_ID, UNK_ID, MASK_ID, EOS_ID = 0, 1, 4, 5

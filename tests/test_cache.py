@@ -16,7 +16,7 @@ from dico.batch import generate_batch
 from dico.cache import Cache, KVStore
 from dico.loop import Decoding
 from dico.settings import CACHE_KINDS, MODES, settings_for
-from tests.standins import partial_cached_pass, random_predictor
+from tests.standins import TEST_DEVICE, partial_cached_pass, random_predictor
 
 GEN, BLOCK = 32, 16
 KINDS = CACHE_KINDS[1:]
@@ -28,7 +28,7 @@ METHODS = [("vanilla", {}), ("vanilla", {"steps": GEN // 2}), ("topk", {"k": 3})
 @pytest.fixture(scope="module")
 def predictor():
     torch.set_num_threads(1)
-    return dico.load_model(attention=False)
+    return dico.load_model(attention=False, device=TEST_DEVICE, dtype="float32")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from dico.batch import generate_batch
 from dico.loop import Decoding
 from dico.remote_cache import attach
 from dico.settings import CACHE_KINDS, MODES
-from tests.standins import llada_standin, partial_cached_pass, remote_model_folder
+from tests.standins import TEST_DEVICE, llada_standin, partial_cached_pass, remote_model_folder
 
 GEN, BLOCK = 16, 8
 KINDS = CACHE_KINDS[1:]
@@ -45,7 +45,8 @@ def folders(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(folders):
-    return {name: dico.load_model(folder, trust_remote_code=True) for name, folder in folders.items()}
+    return {name: dico.load_model(folder, trust_remote_code=True, device=TEST_DEVICE, dtype="float32")
+            for name, folder in folders.items()}
 
 
 def decisions(trace) -> dict:
@@ -175,7 +176,7 @@ def test_a_model_of_another_structure_keeps_no_cached_forward_and_is_told_so(tmp
 
 @pytest.mark.parametrize("name", ["llada", "dream"])
 def test_in_bfloat16_the_cache_computes_in_the_models_dtype(folders, name):
-    predictor = dico.load_model(folders[name], trust_remote_code=True, dtype="bfloat16")
+    predictor = dico.load_model(folders[name], trust_remote_code=True, device=TEST_DEVICE, dtype="bfloat16")
     plain = run(predictor, "dico", "semi-ar")
     cached = run(predictor, "dico", "semi-ar", cache="dual", cache_refresh=1)
     assert decisions(cached) == decisions(plain)
