@@ -161,7 +161,6 @@ class Exchange:
             out.append(full)
         return out[0], out[1]
 
-
     def _batch_of(self, layer: int, bank: str, shape) -> torch.Tensor | None:
         """The tensor of ``shape`` whose row ``r`` every store ``r``'s kept keys (or values) of ``layer`` view, at
         the row's length; None when the rows were kept apart (another batch, a row finished, another width)."""

@@ -78,7 +78,8 @@ def test_the_throughput_table_names_the_families_its_prompts_came_from():
 
 
 @pytest.mark.parametrize("args", [("ablation", "colour"), ("--lengths", "96/40"), ("--batch-size", "0"),
-                                  ("--jobs", "0"), ("--modes", "ar")])
+                                  ("--jobs", "0"), ("--modes", "ar"), ("speed", "--device", "tpu"),
+                                  ("--dtype", "float8")])
 def test_bench_refuses_bad_requests_with_a_message(args):
     result = bench(*args, timeout=120)
     assert result.returncode == 2 and "error:" in result.stderr and "Traceback" not in result.stderr

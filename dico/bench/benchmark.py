@@ -283,7 +283,12 @@ def main(argv=None) -> int:
         print(f"wrote the benchmark block of {readme} from assets/bench")
         return 0
     if args.what == ["speed"]:
-        rows = speed(load_bench_model(bench_model(args)), args.items or (2 if args.quick else 10))
+        try:
+            predictor = load_bench_model(bench_model(args))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        rows = speed(predictor, args.items or (2 if args.quick else 10))
         print("| Method | steps | forward ms (median) | selection ms (median) | selection / forward |")
         print("|---|---|---|---|---|")
         for r in rows:

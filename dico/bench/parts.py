@@ -129,7 +129,7 @@ _PREDICTORS: dict = {}
 
 
 def _predictor(model: tuple):
-    """This process's model (``benchmark.bench_model``'s spec), loaded once per process, on one torch thread (a
+    """This process's model (``hardware.bench_model``'s spec), loaded once per process, on one torch thread (a
     process per core)."""
     import torch
 
