@@ -191,6 +191,41 @@ def test_the_cache_bench_can_take_its_decodes_without_a_cache_from_table_1(tmp_p
     assert table1_none(saved, weights, 3, families, cases[0]) is None          # other items: nothing to take
     assert table1_none(saved, "sha256:other", 2, families, cases[0]) is None   # other weights neither
 
+    # A case stopped halfway goes on from its finished (kind, family) pieces; once its rows are saved, they go.
+    from dico.bench import cache as cache_module
+    from dico.bench.parts import Parts
+
+    store, case = Parts(tmp_path / "cache", {"bench": "cache"}), cases[0]
+    none = table1_none(saved, weights, 2, families, case)
+    real, decoded = cache_module._piece, []
+
+    def stopped_after_two(predictor, case, kind, family, *rest):
+        if len(decoded) == 2:
+            raise KeyboardInterrupt
+        decoded.append((kind, family))
+        return real(predictor, case, kind, family, *rest)
+
+    cache_module._piece = stopped_after_two
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cache_against(predictor, case, families, 2, none, 3, store)
+    finally:
+        cache_module._piece = real
+    assert len(list((tmp_path / "cache").glob("part-*.json"))) == 2
+    resumed = []
+
+    def noting_what_was_saved(predictor, case, kind, family, *rest):
+        resumed.append(store.load([*case, kind, family]) is None)
+        return real(predictor, case, kind, family, *rest)
+
+    cache_module._piece = noting_what_was_saved
+    try:
+        rows = cache_against(predictor, case, families, 2, none, 3, store)
+    finally:
+        cache_module._piece = real
+    assert resumed == [False, False, True, True] and rows == against[:2]       # two taken back, two decoded
+    assert len(list((tmp_path / "cache").glob("part-*.json"))) == 1             # the case's rows alone
+
 
 def test_a_long_run_killed_halfway_goes_on_from_its_saved_parts(tmp_path, monkeypatch):
     """Table 1 at gen 256 takes hours here: each finished (family, length, mode) part is saved, a rerun decodes only

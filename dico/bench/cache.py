@@ -124,28 +124,53 @@ def cache_against(predictor, case, families, n_items: int, none: dict, batch_siz
     """A case's rows with its decodes without a cache taken from ``none`` (Table 1's, ``table1_none``): only the
     cached side is decoded, in batches (a batched cached decode commits what each prompt alone would). Half the
     work of ``cache_bench`` at gen 256; tokens/s then has no baseline decoded beside it and is left out."""
-    from dico.batch import decode_batch, drain
-
     saved = parts.get(list(case)) if parts else None
     if saved is not None:
         return saved
-    method, mode, gen, block, kinds = case[:5]
     items = _items_of(families, n_items)
     start = time.perf_counter()
     sums = {"none": {"wall": None, "nfe": none["nfe"], "forwards": none["forwards"]}}
     right, texts = {"none": none["right"]}, {"none": none["texts"]}
-    for kind in kinds:
-        runs = decode_batch(predictor, [item.prompt for item in items], method, batch_size=batch_size, mode=mode,
-                            gen_length=gen, block_length=block, cache=kind, **case_settings(case))
-        traces = drain(runs, bar.update if bar else None)
-        sums[kind] = {"wall": None, "nfe": sum(t.nfe for t in traces),
-                      "forwards": sum(t.token_forwards for t in traces)}
-        right[kind] = [int(tasks.check(item, t.text)) for item, t in zip(items, traces)]
-        texts[kind] = [text_digest(t.text) for t in traces]
+    pieces = [(kind, family) for kind in case[4] for family in families]
+    decoded = {piece: _piece(predictor, case, *piece, n_items, batch_size, parts, bar) for piece in pieces}
+    for kind in case[4]:
+        done = [decoded[kind, family] for family in families]
+        sums[kind] = {"wall": None, "nfe": sum(d["nfe"] for d in done), "forwards": sum(d["forwards"] for d in done)}
+        right[kind] = [r for d in done for r in d["right"]]
+        texts[kind] = [t for d in done for t in d["texts"]]
     rows = _case_rows(case, items, sums, right, texts)
     if parts:
-        parts.put(list(case), rows, time.perf_counter() - start)
+        parts.put(list(case), rows, time.perf_counter() - start + sum(d["seconds"] for d in decoded.values()))
+        for kind, family in pieces:
+            parts.drop([*case, kind, family])
     return rows
+
+
+def _piece(predictor, case, kind: str, family: str, n_items: int, batch_size: int, parts, bar) -> dict:
+    """One cache kind's decodes of one family's items (NFE and token forwards summed; per item, right or not and the
+    text's digest), saved as a part of its own until the case's rows are: a gen-256 case runs for hours on one core,
+    and a stopped run resumes from the pieces it finished."""
+    from dico.batch import decode_batch, drain
+
+    key = [*case, kind, family]
+    loaded = parts.load(key) if parts else None
+    if loaded is not None:
+        if bar:
+            bar.update(n_items)
+        return {**loaded[0][0], "seconds": loaded[1]}
+    method, mode, gen, block = case[:4]
+    items = tasks.make_split(family, "test", n_items)
+    start = time.perf_counter()
+    runs = decode_batch(predictor, [item.prompt for item in items], method, batch_size=batch_size, mode=mode,
+                        gen_length=gen, block_length=block, cache=kind, **case_settings(case))
+    traces = drain(runs, bar.update if bar else None)
+    piece = {"nfe": sum(t.nfe for t in traces), "forwards": sum(t.token_forwards for t in traces),
+             "right": [int(tasks.check(item, t.text)) for item, t in zip(items, traces)],
+             "texts": [text_digest(t.text) for t in traces]}
+    seconds = time.perf_counter() - start
+    if parts:
+        parts.put(key, [piece], seconds)
+    return {**piece, "seconds": seconds}
 
 
 def table1_none(saved, weights: str, n_items: int, families, case) -> dict | None:

@@ -68,6 +68,10 @@ class Parts:
         loaded = self.load(part)
         return loaded[0] if loaded else None
 
+    def drop(self, part) -> None:
+        """Forget a saved part (one whose rows a larger part now holds)."""
+        self._path(part).unlink(missing_ok=True)
+
     def put(self, part, rows: list[dict], seconds: float) -> None:
         path = self._path(part)
         fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".part-", suffix=".tmp")
