@@ -7,6 +7,9 @@
 #      (the embedded model, then a LLaDA-shaped model whose pass is compute: tests/gpu_cache_speed.py) and Table 1
 #      at gen 96 (40 items a family), each side by side in one run as on the CPU.
 # Logs and result files go to $OUT (default gpu-check/). Each step has a time limit, so one that hangs leaves the rest.
+# On a GPU image whose python has other versions (transformers 5, say), put the pins first on the path, offline from
+# wheels brought along: pip install --no-index --no-deps --target /tmp/site transformers-4.57.6-*.whl
+# tokenizers-0.22.2-*.whl huggingface_hub-0.36.2-*.whl plotly-7.1.0-*.whl; export PYTHONPATH=/tmp/site:$PWD
 set -u
 out=${OUT:-gpu-check}
 py=${PYTHON:-python3}
