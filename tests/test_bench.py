@@ -167,7 +167,7 @@ def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items(tmp_
     assert fresh["changed"] == 0 and fresh["token_forwards_cache"] == fresh["token_forwards_none"]   # one block: exact
 
 
-def test_the_cache_bench_can_take_its_decodes_without_a_cache_from_table_1(tmp_path):
+def test_the_cache_bench_can_take_its_decodes_without_a_cache_from_table_1(tmp_path, monkeypatch):
     """At gen 256 the decodes without a cache are most of the cache bench's work, and Table 1 has decoded them: against
     Table 1's saved parts only the cached side is decoded (batched), and every row is what the bench decoding both
     sides itself gives, less the timings (no baseline decoded beside it)."""
@@ -191,40 +191,43 @@ def test_the_cache_bench_can_take_its_decodes_without_a_cache_from_table_1(tmp_p
     assert table1_none(saved, weights, 3, families, cases[0]) is None          # other items: nothing to take
     assert table1_none(saved, "sha256:other", 2, families, cases[0]) is None   # other weights neither
 
-    # A case stopped halfway goes on from its finished (kind, family) pieces; once its rows are saved, they go.
+    # A case stopped halfway goes on from its finished (kind, family) pieces, and a piece from its finished chunks
+    # of items; once the case's rows are saved, pieces and chunks go.
     from dico.bench import cache as cache_module
     from dico.bench.parts import Parts
 
     store, case = Parts(tmp_path / "cache", {"bench": "cache"}), cases[0]
     none = table1_none(saved, weights, 2, families, case)
-    real, decoded = cache_module._piece, []
+    real_piece, real_chunk, decoded = cache_module._piece, cache_module._chunk, []
+    monkeypatch.setattr(cache_module, "PIECE_CHUNK", 1)
 
-    def stopped_after_two(predictor, case, kind, family, *rest):
-        if len(decoded) == 2:
+    def stopped_in_the_third_piece(predictor, case, kind, items, start, *rest):
+        if len(decoded) == 5:
             raise KeyboardInterrupt
-        decoded.append((kind, family))
-        return real(predictor, case, kind, family, *rest)
+        decoded.append((kind, items[start].family, start))
+        return real_chunk(predictor, case, kind, items, start, *rest)
 
-    cache_module._piece = stopped_after_two
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            cache_against(predictor, case, families, 2, none, 3, store)
-    finally:
-        cache_module._piece = real
-    assert len(list((tmp_path / "cache").glob("part-*.json"))) == 2
-    resumed = []
+    monkeypatch.setattr(cache_module, "_chunk", stopped_in_the_third_piece)
+    with pytest.raises(KeyboardInterrupt):
+        cache_against(predictor, case, families, 2, none, 3, store)
+    saved_parts = lambda: len(list((tmp_path / "cache").glob("part-*.json")))      # noqa: E731
+    assert saved_parts() == 3                           # two pieces (their chunks dropped) and the third's first chunk
+    resumed, taken_back = [], []
 
-    def noting_what_was_saved(predictor, case, kind, family, *rest):
+    def noting_pieces(predictor, case, kind, family, *rest):
         resumed.append(store.load([*case, kind, family]) is None)
-        return real(predictor, case, kind, family, *rest)
+        return real_piece(predictor, case, kind, family, *rest)
 
-    cache_module._piece = noting_what_was_saved
-    try:
-        rows = cache_against(predictor, case, families, 2, none, 3, store)
-    finally:
-        cache_module._piece = real
-    assert resumed == [False, False, True, True] and rows == against[:2]       # two taken back, two decoded
-    assert len(list((tmp_path / "cache").glob("part-*.json"))) == 1             # the case's rows alone
+    def noting_chunks(predictor, case, kind, items, start, *rest):
+        taken_back.append(store.load([*case, kind, items[start].family, start]) is not None)
+        return real_chunk(predictor, case, kind, items, start, *rest)
+
+    monkeypatch.setattr(cache_module, "_piece", noting_pieces)
+    monkeypatch.setattr(cache_module, "_chunk", noting_chunks)
+    rows = cache_against(predictor, case, families, 2, none, 3, store)
+    assert resumed == [False, False, True, True] and rows == against[:2]       # two pieces taken back, two decoded
+    assert taken_back == [True, False, False, False]                           # the third piece's first chunk too
+    assert saved_parts() == 1                                                   # the case's rows alone
 
 
 def test_a_long_run_killed_halfway_goes_on_from_its_saved_parts(tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ CACHE_SPEED = [(m, SEMI_AR, 256, 32, ("dual",), 0) for m in ("vanilla", "fast", 
     [(m, "non-ar", 256, None, ("delayed",), 0) for m in ("fast", "dico")]
 CACHE_SERVES = {SEMI_AR: ("prefix", "dual"), "non-ar": ("delayed",)}
 SPEED_ITEMS = 40
+PIECE_CHUNK = 40     # items a saved chunk of a cache piece holds: a stopped run loses at most one chunk
 
 
 def cache_cases(lengths=LENGTHS[:1], refreshes=(0,), modes=(SEMI_AR, "non-ar"), methods=METHODS,
@@ -148,28 +149,49 @@ def cache_against(predictor, case, families, n_items: int, none: dict, batch_siz
 def _piece(predictor, case, kind: str, family: str, n_items: int, batch_size: int, parts, bar) -> dict:
     """One cache kind's decodes of one family's items (NFE and token forwards summed; per item, right or not and the
     text's digest), saved as a part of its own until the case's rows are: a gen-256 case runs for hours on one core,
-    and a stopped run resumes from the pieces it finished."""
-    from dico.batch import decode_batch, drain
-
+    and a stopped run resumes from the pieces it finished. A piece is decoded ``PIECE_CHUNK`` items at a time, each
+    chunk saved until the piece is (Vanilla's gen-256 piece is about an hour of one core)."""
     key = [*case, kind, family]
     loaded = parts.load(key) if parts else None
     if loaded is not None:
         if bar:
             bar.update(n_items)
         return {**loaded[0][0], "seconds": loaded[1]}
-    method, mode, gen, block = case[:4]
     items = tasks.make_split(family, "test", n_items)
-    start = time.perf_counter()
+    chunks = [_chunk(predictor, case, kind, items, start, batch_size, parts, bar)
+              for start in range(0, n_items, PIECE_CHUNK)]
+    piece = {"nfe": sum(c["nfe"] for c in chunks), "forwards": sum(c["forwards"] for c in chunks),
+             "right": [r for c in chunks for r in c["right"]], "texts": [t for c in chunks for t in c["texts"]]}
+    seconds = sum(c["seconds"] for c in chunks)
+    if parts:
+        parts.put(key, [piece], seconds)
+        for start in range(0, n_items, PIECE_CHUNK):
+            parts.drop([*key, start])
+    return {**piece, "seconds": seconds}
+
+
+def _chunk(predictor, case, kind: str, items, start: int, batch_size: int, parts, bar) -> dict:
+    """A piece's items from ``start`` on, ``PIECE_CHUNK`` of them: taken back from ``parts`` or decoded and saved."""
+    from dico.batch import decode_batch, drain
+
+    key, items = [*case, kind, items[start].family, start], items[start:start + PIECE_CHUNK]
+    loaded = parts.load(key) if parts else None
+    if loaded is not None:
+        if bar:
+            bar.update(len(items))
+        return {**loaded[0][0], "seconds": loaded[1]}
+    method, mode, gen, block = case[:4]
+    began = time.perf_counter()
     runs = decode_batch(predictor, [item.prompt for item in items], method, batch_size=batch_size, mode=mode,
                         gen_length=gen, block_length=block, cache=kind, **case_settings(case))
     traces = drain(runs, bar.update if bar else None)
-    piece = {"nfe": sum(t.nfe for t in traces), "forwards": sum(t.token_forwards for t in traces),
+    chunk = {"nfe": sum(t.nfe for t in traces), "forwards": sum(t.token_forwards for t in traces),
              "right": [int(tasks.check(item, t.text)) for item, t in zip(items, traces)],
              "texts": [text_digest(t.text) for t in traces]}
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - began
     if parts:
-        parts.put(key, [piece], seconds)
-    return {**piece, "seconds": seconds}
+        parts.put(key, [chunk], seconds)
+    return {**chunk, "seconds": seconds}
 
 
 def table1_none(saved, weights: str, n_items: int, families, case) -> dict | None:
