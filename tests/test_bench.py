@@ -210,7 +210,10 @@ def test_the_cache_bench_can_take_its_decodes_without_a_cache_from_table_1(tmp_p
     monkeypatch.setattr(cache_module, "_chunk", stopped_in_the_third_piece)
     with pytest.raises(KeyboardInterrupt):
         cache_against(predictor, case, families, 2, none, 3, store)
-    saved_parts = lambda: len(list((tmp_path / "cache").glob("part-*.json")))      # noqa: E731
+
+    def saved_parts():
+        return len(list((tmp_path / "cache").glob("part-*.json")))
+
     assert saved_parts() == 3                           # two pieces (their chunks dropped) and the third's first chunk
     resumed, taken_back = [], []
 
