@@ -134,10 +134,9 @@ def cache_against(predictor, case, families, n_items: int, none: dict, batch_siz
     pieces = [(kind, family) for kind in case[4] for family in families]
     decoded = {piece: _piece(predictor, case, *piece, n_items, batch_size, parts, bar) for piece in pieces}
     for kind in case[4]:
-        done = [decoded[kind, family] for family in families]
-        sums[kind] = {"wall": None, "nfe": sum(d["nfe"] for d in done), "forwards": sum(d["forwards"] for d in done)}
-        right[kind] = [r for d in done for r in d["right"]]
-        texts[kind] = [t for d in done for t in d["texts"]]
+        done = _joined([decoded[kind, family] for family in families])
+        sums[kind] = {"wall": None, "nfe": done["nfe"], "forwards": done["forwards"]}
+        right[kind], texts[kind] = done["right"], done["texts"]
     rows = _case_rows(case, items, sums, right, texts)
     if parts:
         parts.put(list(case), rows, sum(d["seconds"] for d in decoded.values()))    # each piece's decoding, once
@@ -152,16 +151,13 @@ def _piece(predictor, case, kind: str, family: str, n_items: int, batch_size: in
     and a stopped run resumes from the pieces it finished. A piece is decoded ``PIECE_CHUNK`` items at a time, each
     chunk saved until the piece is (Vanilla's gen-256 piece is about an hour of one core)."""
     key = [*case, kind, family]
-    loaded = parts.load(key) if parts else None
-    if loaded is not None:
-        if bar:
-            bar.update(n_items)
-        return {**loaded[0][0], "seconds": loaded[1]}
+    saved = _taken_back(parts, key, bar, n_items)
+    if saved is not None:
+        return saved
     items = tasks.make_split(family, "test", n_items)
     chunks = [_chunk(predictor, case, kind, items, start, batch_size, parts, bar)
               for start in range(0, n_items, PIECE_CHUNK)]
-    piece = {"nfe": sum(c["nfe"] for c in chunks), "forwards": sum(c["forwards"] for c in chunks),
-             "right": [r for c in chunks for r in c["right"]], "texts": [t for c in chunks for t in c["texts"]]}
+    piece = _joined(chunks)
     seconds = sum(c["seconds"] for c in chunks)
     if parts:
         parts.put(key, [piece], seconds)
@@ -175,11 +171,9 @@ def _chunk(predictor, case, kind: str, items, start: int, batch_size: int, parts
     from dico.batch import decode_batch, drain
 
     key, items = [*case, kind, items[start].family, start], items[start:start + PIECE_CHUNK]
-    loaded = parts.load(key) if parts else None
-    if loaded is not None:
-        if bar:
-            bar.update(len(items))
-        return {**loaded[0][0], "seconds": loaded[1]}
+    saved = _taken_back(parts, key, bar, len(items))
+    if saved is not None:
+        return saved
     method, mode, gen, block = case[:4]
     began = time.perf_counter()
     runs = decode_batch(predictor, [item.prompt for item in items], method, batch_size=batch_size, mode=mode,
@@ -192,6 +186,23 @@ def _chunk(predictor, case, kind: str, items, start: int, batch_size: int, parts
     if parts:
         parts.put(key, [chunk], seconds)
     return {**chunk, "seconds": seconds}
+
+
+def _taken_back(parts, key, bar, n_items: int) -> dict | None:
+    """A piece or chunk saved in ``parts`` under ``key``, with its seconds, the bar ticked for its ``n_items``;
+    None if it is not there."""
+    loaded = parts.load(key) if parts else None
+    if loaded is None:
+        return None
+    if bar:
+        bar.update(n_items)
+    return {**loaded[0][0], "seconds": loaded[1]}
+
+
+def _joined(decodes: list[dict]) -> dict:
+    """Decodes of consecutive items as one: NFE and token forwards summed, per-item marks and digests in order."""
+    return {"nfe": sum(d["nfe"] for d in decodes), "forwards": sum(d["forwards"] for d in decodes),
+            "right": [r for d in decodes for r in d["right"]], "texts": [t for d in decodes for t in d["texts"]]}
 
 
 def table1_none(saved, weights: str, n_items: int, families, case) -> dict | None:
