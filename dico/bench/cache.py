@@ -210,7 +210,7 @@ def table1_none(saved, weights: str, n_items: int, families, case) -> dict | Non
     weights and items: NFE, token forwards, and per item (families in order) whether it was right and its text's
     digest. None if a family's part is missing (Table 1 not run there, or on other weights)."""
     method, mode, gen, block = case[:4]
-    sums = {"nfe": 0.0, "forwards": 0.0, "right": [], "texts": []}
+    per_family = []
     for family in families:
         want = {"family": family, "gen_length": gen, "mode": mode}
         row = next((r for key, rows in saved if key.get("weights") == weights
@@ -219,11 +219,9 @@ def table1_none(saved, weights: str, n_items: int, families, case) -> dict | Non
                     for r in rows if r["method"] == method and r["settings"] == {} and "outcomes" in r), None)
         if row is None:
             return None
-        sums["nfe"] += row["nfe_mean"] * row["n"]
-        sums["forwards"] += row["token_forwards_mean"] * row["n"]
-        sums["right"] += [int(c) for c in row["outcomes"]["correct"]]
-        sums["texts"] += row["outcomes"]["text"]
-    return sums
+        per_family.append({"nfe": row["nfe_mean"] * row["n"], "forwards": row["token_forwards_mean"] * row["n"],
+                           "right": [int(c) for c in row["outcomes"]["correct"]], "texts": row["outcomes"]["text"]})
+    return _joined(per_family)
 
 
 def table1_parts(folder) -> list[tuple[dict, list[dict]]]:
