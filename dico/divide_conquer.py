@@ -1,5 +1,5 @@
 """DiCo as a decoding rule: Divide picks seeds and grows clusters, Conquer decodes the clusters in
-parallel, Finalize commits by logit margin (DICO_SPEC.md, section DiCo). Its state (phase, clusters,
+parallel, Finalize commits by logit margin (docs/decoding.md §6). Its state (phase, clusters,
 step counters) lives between the steps of one window; ``start`` begins a new window.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from dico.rules import Choice, Scores, factor_set, top1
 from dico.settings import DiCoSettings
 
-# Divide ends when this many steps in a row (after its first) change no cluster (spec, Divide 6).
+# Divide ends when this many steps in a row (after its first) change no cluster (docs/decoding.md §6.3, item 6).
 QUIET_STEPS_TO_END_DIVIDE = 2
 # ... where a cluster counts as grown when its length rose by at least this share (integer arithmetic below).
 GROWTH_TENTHS = 11

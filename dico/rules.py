@@ -6,7 +6,7 @@ Every rule follows one small protocol (``Rule``): ``start(window)`` when a windo
 positions to commit, its phase, and for DiCo its seeds and clusters. The denoising loop in
 ``dico.loop`` drives every rule the same way and records the trace. Each rule's settings are a
 dataclass of ``dico.settings``, checked when built; ``dico.methods.make_rule`` builds a method's
-rule. Section references are to DICO_SPEC.md.
+rule. The rules are specified in docs/decoding.md (Vanilla and Top-k §4, Fast-dLLM §5).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
     conf, pred, margin, rank = sampler.score(logits[m:m + n], mask_id, stop_ids)   # four (n,) CPU vectors
 
 ``score`` works on the model's device and brings its vectors to the CPU in one transfer: a vocabulary-wide
-tensor never leaves the device. Greedy by default (spec, Common ground): ``pred`` is the argmax with the mask
+tensor never leaves the device. Greedy by default (docs/decoding.md §2.1): ``pred`` is the argmax with the mask
 token removed, ``conf`` its softmax probability, ``margin`` the top1 - top2 raw logit, all in float32.
 With a temperature, ``pred`` is drawn by Gumbel noise as LLaDA's ``generate.py`` draws it (float64), after
 Dream's top-p / top-k filters; ``conf`` stays LLaDA's: the model's untempered probability of that token.
@@ -125,6 +125,6 @@ class Sampler:
 
 
 def score(logits: torch.Tensor, mask_id: int | None = None):
-    """Greedy conf, pred and margin of ``logits`` (n, v) on the CPU (spec, Common ground)."""
+    """Greedy conf, pred and margin of ``logits`` (n, v) on the CPU (docs/decoding.md §2.1)."""
     conf, pred, margin, _ = Sampler().score(logits, mask_id)
     return conf, pred, margin

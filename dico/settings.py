@@ -212,7 +212,7 @@ class FastFactorSettings(SamplingSettings):
 
 @dataclass(frozen=True)
 class DiCoSettings(SamplingSettings):
-    """Paper defaults (section 5.1); T_max, M and the 0.98 shortcut from the authors' code (spec, DiCo)."""
+    """Paper defaults (section 5.1); T_max, M and the 0.98 shortcut from the authors' code (docs/decoding.md §7)."""
     method = "dico"
     authors_code: bool = setting(False, "start from the DiCo authors' release (dico.settings.AUTHORS_CODE: every "
                                  "setting whose authors' code value is recorded); settings given explicitly win",
@@ -247,7 +247,7 @@ class DiCoSettings(SamplingSettings):
                            choices=("factor", "threshold"))
     conquer_threshold: float = setting(0.9, "Conquer's fixed threshold when the Conquer rule is 'threshold'",
                                        range=(0.0, 1.0), step=0.01, open_low=True)
-    # Where the DiCo authors' code does otherwise (spec): reachable, off by default.
+    # Where the DiCo authors' code does otherwise (docs/decoding.md §6.6): reachable, off by default.
     grow_through_commits: bool = setting(False, "Conquer grows clusters through positions committed in the same "
                                          "step (walls only where confidence <= tau2 before the commit)", code=True)
     conquer_fallback: str = setting("clusters", "when no cluster position qualifies, Conquer commits the top-1 inside "
@@ -265,8 +265,8 @@ class DiCoSettings(SamplingSettings):
 
 
 def _authors_code() -> dict:
-    """The DiCo settings with which the project decodes as the authors' release does (DICO_SPEC.md, "Where the DiCo
-    authors' code does otherwise"): every ``code=`` value recorded in DiCoSettings, so the preset cannot drift from
+    """The DiCo settings with which the project decodes as the authors' release does (docs/decoding.md §6.6, "Where
+    the authors' code does otherwise"): every ``code=`` value recorded in DiCoSettings, so the preset cannot drift from
     the declarations. TG's code value is prose, decided here: on, as the release's run_dico.sh (which produced
     the paper's numbers) runs it, though its DiCoConfig() leaves it off. Guidance measured from the first masked
     position is the code's form and already the default; N = 4 is the code's default and run_dico.sh's, in both

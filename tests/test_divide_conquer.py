@@ -1,5 +1,5 @@
 """DiCo's rule, phase by phase (Divide, Conquer, Finalize; trajectory guidance, Soft-NMS seeds, clusters), and the
-DiCo authors' code choices, as ../shared/reference/DICO_SPEC.md (section DiCo) states them.
+DiCo authors' code choices, as docs/decoding.md §6 states them.
 
 Single phases are checked through ``choose`` with hand-made ``Scores``; where phases follow one another the
 rule is driven through ``dico.generate`` with a scripted mask predictor (tests/standins.py) whose

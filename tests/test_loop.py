@@ -1,6 +1,6 @@
 """The denoising loop's invariants, for every method and mode, over seeded random logits (hypothesis).
 
-Spec, "Common ground" and "What every step must record": one step = one forward pass; every step commits
+docs/decoding.md §3 (the loop, what every step records): one step = one forward pass; every step commits
 at least one still-masked token of its window; a committed token never changes; the run ends with no mask;
 Vanilla takes exactly gen_length steps; a step's confidence is null exactly where the position was decoded
 before it; the trace round-trips through JSON. Plus the loop's own contract: the step generator (streaming,

@@ -1,4 +1,4 @@
-"""Mask predictors (spec, "Model quirks"): loading, refusing what cannot or should not be loaded, and the
+"""Mask predictors (docs/decoding.md §2.5): loading, refusing what cannot or should not be loaded, and the
 alignment of logits to positions (LLaDA in place, Dream shifted by one, a plain masked LM in place).
 
 Everything here runs offline: a tiny BertForMaskedLM saved to a temporary folder stands in for a hub model,

@@ -1,5 +1,5 @@
 """The decoding rules Vanilla and Fast-dLLM, semi-AR windows for every method, and settings validation, as
-../shared/reference/DICO_SPEC.md states them (DiCo's own rule: test_divide_conquer.py).
+docs/decoding.md §3-§5 states them (DiCo's own rule: test_divide_conquer.py).
 
 Single rules are checked through ``choose`` with hand-made ``Scores``; where steps follow one another the
 rule is driven through ``dico.generate`` with a scripted mask predictor (tests/standins.py) whose

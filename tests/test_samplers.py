@@ -1,4 +1,4 @@
-"""The official samplers' options (spec, Common ground; ``dico.sampling`` and Vanilla's ``steps`` / ``remasking``).
+"""The official samplers' options (docs/decoding.md §2.3, §4; ``dico.sampling``, Vanilla's ``steps``, ``remasking``).
 
 Vanilla with LLaDA's defaults commits what LLaDA's ``generate.py`` commits: ``llada_reference`` below is that
 rule written from its published description (per block, an even share of the block's masks per step; the
