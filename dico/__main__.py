@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--capture-attention", action="store_true",
                      help="record stage-averaged attention maps in the trace (every model kind)")
     add_settings_options(gen)
-    table = sub.add_parser("settings", help="print every method's settings as Markdown tables (README's block)",
+    table = sub.add_parser("settings", help="print every method's settings as Markdown tables (docs/settings.md)",
                            description="Print every method's settings (default, range, the paper's and the authors' "
                                        "values, what each does) as Markdown, from the one place they are declared.")
     table.add_argument("--method", choices=METHODS, action="append", help="only these methods (repeatable)")
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_markdown(methods=None) -> str:
-    """The settings tables of README's block: the shared sampling options once, then each method's own."""
+    """The settings tables of docs/settings.md's block: the shared sampling options once, then each method's own."""
     from dico.settings import METHOD_LABELS, SamplingSettings, own_specs, settings_table
     parts = ["**Shared by every method** (the official samplers' options, greedy by default; the KV cache, none by "
              "default)\n\n"

@@ -212,7 +212,7 @@ class FastFactorSettings(SamplingSettings):
 
 @dataclass(frozen=True)
 class DiCoSettings(SamplingSettings):
-    """Paper defaults (section 5.1); T_max, M and the 0.98 shortcut from the authors' code (docs/decoding.md §7)."""
+    """Paper defaults (section 5.1); T_max, M and the 0.98 shortcut from the authors' code (docs/decoding.md §9)."""
     method = "dico"
     authors_code: bool = setting(False, "start from the DiCo authors' release (dico.settings.AUTHORS_CODE: every "
                                  "setting whose authors' code value is recorded); settings given explicitly win",

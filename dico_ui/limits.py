@@ -1,4 +1,4 @@
-"""Every cap that keeps a public demo up, in one place (README's "Limits of the public demo" lists them).
+"""Every cap that keeps a public demo up, in one place (docs/serving.md, "Limits of the public demo", lists them).
 
 A Space is one long-running process on 2 CPU cores that strangers use for weeks: what a session keeps, how
 much work a run may do, how many runs wait, and what lies on disk are all bounded here, and nowhere else.

@@ -1,5 +1,5 @@
 """Comparing two decodes of one prompt as another CPU may give them: the same text and the same commits, up to
-the order among near-tied positions (README, "Across machines").
+the order among near-tied positions (docs/decoding.md §2.2).
 
 Another CPU's vector kernels change the last bits of the logits (about 1e-6 relative), which moves a confidence
 by up to ~1.4e-5 (measured on the embedded model). Where two masked positions' confidences lie within

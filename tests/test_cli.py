@@ -190,8 +190,8 @@ def test_top_level_help_lists_the_generate_command(capsys):
     assert exit_.value.code == 0 and "generate" in capsys.readouterr().out
 
 
-def test_readme_settings_block_is_what_the_settings_declare():
+def test_docs_settings_block_is_what_the_settings_declare():
     from dico.__main__ import settings_markdown
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("<!-- settings:start -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
-    assert block == settings_markdown(), "README is stale: paste `python -m dico settings` between the markers"
+    page = (ROOT / "docs" / "settings.md").read_text()
+    block = page.split("<!-- settings:start -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
+    assert block == settings_markdown(), "docs/settings.md is stale: paste `python -m dico settings` between markers"

@@ -81,11 +81,11 @@ def test_the_line_admits_its_size_decodes_in_order_and_refuses_the_rest():
     assert not line.holds("c") and line.join("d") is not None
 
 
-def test_every_cap_lives_in_limits_and_readme_lists_it():
+def test_every_cap_lives_in_limits_and_docs_serving_lists_it():
     from pathlib import Path
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    page = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text()
     for name, value in LIMITS.rows():
-        assert f"| `{name}` | {value:g} |" in readme, name
+        assert f"| `{name}` | {value:g} |" in page, name
     assert isinstance(LIMITS, Limits) and about(2) == "a few seconds" and about(41) == "about 40 s"
 
 
