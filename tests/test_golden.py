@@ -28,7 +28,7 @@ CASES = {case_id(c): c for c in GOLDEN["decodes"] + AUTHORS_CODE["decodes"]}
 # on 2 cores, where all 96 decodes again would add 80 s.
 NOISY_EXAMPLES = (0, 4, 8)
 PASSES = [pytest.param(case, "exact", id=f"exact-{name}") for name, case in CASES.items()] + \
-         [pytest.param(case, "noisy", id=f"noisy-{name}") for name, case in CASES.items()
+         [pytest.param(case, "noisy", id=f"noisy-{name}", marks=pytest.mark.noisy) for name, case in CASES.items()
           if case["example"] in NOISY_EXAMPLES and "settings" not in case]
 
 
