@@ -127,6 +127,13 @@ class Exchange:
         self.qpos = qpos.to(device)                                                      # b, q
         keys = torch.arange(self.width)[None, :] < torch.tensor(lengths)[:, None]        # b, w
         self.key_mask = keys.to(device)
+        self.kpos = torch.arange(self.width, device=device)[None, :]     # 1, w: every key sits at its position
+
+    def boolean_mask(self) -> torch.Tensor | None:
+        """SDPA's boolean mask (b, 1, 1, w) when some row has padding slots, else None (as the models pass none)."""
+        if all(length == self.width for length in self.lengths):
+            return None
+        return self.key_mask[:, None, None, :]
 
     def additive_mask(self, dtype) -> torch.Tensor:
         """(b, 1, 1, w): 0 for a row's real keys, the dtype's minimum elsewhere (as BERT's extended mask)."""
@@ -241,7 +248,7 @@ def _bert(model, qids: torch.Tensor, ex: Exchange, attentions: bool = False):
         x = x + emb.position_embeddings(ex.qpos.clamp(max=top))
     x = emb.LayerNorm(x)
     mask = ex.additive_mask(x.dtype)
-    distance = (ex.qpos[:, :, None] - torch.arange(ex.width, device=qids.device)[None, None, :]).clamp(-top, top)
+    distance = (ex.qpos[:, :, None] - ex.kpos[:, None, :]).clamp(-top, top)                 # b, q, w
     maps = []
     for i, layer in enumerate(bert.encoder.layer):
         att = layer.attention.self

@@ -87,13 +87,6 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def _key_mask(ex):
-    """SDPA's boolean mask (b, 1, 1, w) when some row has padding slots, else None (as the models pass none)."""
-    if all(length == ex.width for length in ex.lengths):
-        return None
-    return ex.key_mask[:, None, None, :]
-
-
 def _attend(q, keys, values, mask):
     """Bidirectional attention of the queries (b, h, q, d) over every position's keys and values (b, kv, w, d),
     key/value heads repeated for grouped queries; (b, q, h * d)."""
@@ -130,7 +123,7 @@ def _llada(model, qids: torch.Tensor, ex, attentions=False):
     if getattr(cfg, "input_emb_norm", False):
         x = x * (cfg.d_model ** 0.5)
     full_precision = getattr(cfg, "rope_full_precision", True)
-    mask, maps, tables = _key_mask(ex), [], {}
+    mask, maps, tables = ex.boolean_mask(), [], {}
     for i, block in enumerate(parts.blocks):
         h = block.attn_norm(x)
         q, k, v = block.q_proj(h), block.k_proj(h), block.v_proj(h)
@@ -177,7 +170,7 @@ def _dream(model, qids: torch.Tensor, ex, attentions=False):
     x = base.embed_tokens(qids)                                                             # b, q, hidden
     cos, sin = base.rotary_emb(x, ex.qpos)                                                  # b, q, d (x's dtype)
     cos, sin = cos[:, None], sin[:, None]
-    mask, maps = _key_mask(ex), []
+    mask, maps = ex.boolean_mask(), []
     for i, layer in enumerate(base.layers):
         att = layer.self_attn
         h = layer.input_layernorm(x)
