@@ -50,14 +50,17 @@ def bert_folder(path, position: str, layers: int = 2):
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
+    """Every model on the CPU in float32, where the references run (not conftest's shared ``predictor``, which is
+    the app's: on a GPU machine it loads there in bfloat16)."""
     root = tmp_path_factory.mktemp("verify")
-    made = {"embedded": dico.load_model(dtype="float32")}
+    cpu = dict(device="cpu", dtype="float32")
+    made = {"embedded": dico.load_model(**cpu)}
     for position in ("absolute", "relative_key_query"):
-        made[position] = dico.load_model(bert_folder(root / position, position), dtype="float32")
-    made["bert-1"] = dico.load_model(bert_folder(root / "bert-1", "relative_key", layers=1), dtype="float32")
+        made[position] = dico.load_model(bert_folder(root / position, position), **cpu)
+    made["bert-1"] = dico.load_model(bert_folder(root / "bert-1", "relative_key", layers=1), **cpu)
     for name, (kind, extra) in REMOTES.items():
         folder = remote_model_folder(root / name, kind, end_token_id=None, **extra)    # no end push after the head
-        made[name] = dico.load_model(folder, trust_remote_code=True, dtype="float32")
+        made[name] = dico.load_model(folder, trust_remote_code=True, **cpu)
     return made
 
 
