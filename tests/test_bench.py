@@ -21,6 +21,7 @@ def bench(*args, timeout=300):
                           env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=timeout)
 
 
+@pytest.mark.subprocess
 def test_table1_rows_at_two_lengths_side_by_side(tmp_path):
     out, md = tmp_path / "rows.json", tmp_path / "table.md"
     result = bench("--items", "2", "--lengths", "16/8,24/8", "--batch-size", "2", "--jobs", "2", "--json", str(out),
@@ -80,6 +81,7 @@ def test_the_throughput_table_names_the_families_its_prompts_came_from():
 @pytest.mark.parametrize("args", [("ablation", "colour"), ("--lengths", "96/40"), ("--batch-size", "0"),
                                   ("--jobs", "0"), ("--modes", "ar"), ("speed", "--device", "tpu"),
                                   ("--dtype", "float8")])
+@pytest.mark.subprocess
 def test_bench_refuses_bad_requests_with_a_message(args):
     result = bench(*args, timeout=120)
     assert result.returncode == 2 and "error:" in result.stderr and "Traceback" not in result.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.lmeval
 pytest.importorskip("lm_eval")
 pytest.importorskip("accelerate")
 

@@ -26,6 +26,7 @@ def test_each_line_turns_one_knob_and_one_token_a_step_comes_first():
         assert p.method in METHODS and settings_for(p.method, p.settings)
 
 
+@pytest.mark.subprocess
 def test_a_tiny_real_sweep_writes_rows_json_and_markdown(tmp_path):
     out, md = tmp_path / "frontier.json", tmp_path / "frontier.md"
     result = bench("frontier", "--items", "2", "--families", "word", "--gen", "32", "--model", "assets/dico-tiny",
@@ -55,6 +56,7 @@ def test_a_tiny_real_sweep_writes_rows_json_and_markdown(tmp_path):
     (("frontier", "--jobs", "0"), "jobs, batch_size: must be >= 1"),
     (("--gen", "96"), "only the frontier takes --gen"),
 ])
+@pytest.mark.subprocess
 def test_bad_frontier_options_are_refused_with_a_message(args, says):
     result = bench(*args, timeout=120)
     assert result.returncode == 2 and says in result.stderr and "Traceback" not in result.stderr

@@ -25,6 +25,7 @@ def _train(out, *extra):
                            *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
 
 
+@pytest.mark.train
 def test_training_command_writes_a_model_that_loads_back_and_resumes_where_it_stopped(tmp_path):
     out = tmp_path / "tiny"
     result = _train(out, "--max-steps", "3")
