@@ -94,6 +94,7 @@ def test_the_direction_guard_sees_lazy_relative_and_from_package_imports(tmp_pat
     assert within(imported_names(fake), "gradio", "plotly") == {"plotly.graph_objects"}
 
 
+@pytest.mark.subprocess
 def test_importing_dico_and_its_trace_loads_neither_gradio_nor_plotly():
     code = ("import sys, dico, dico.trace, dico.settings; dico.Trace; "
             "print(sorted(m for m in ('gradio', 'plotly', 'torch') if m in sys.modules))")
