@@ -86,6 +86,36 @@ def predictor(app_module):
 
 
 @pytest.fixture(scope="session")
+def remote_folders(tmp_path_factory) -> dict:
+    """LLaDA- and Dream-shaped model folders with their own code (tests/standins.py: REMOTE_VARIANTS, each also with
+    one layer as "llada-1" / "dream-1"), built without the tests' end-of-text push (the wrapper adds it after the
+    head, where a cached forward does not look), so cached and uncached passes compute the same function."""
+    import torch
+
+    from standins import REMOTE_LAYERS, REMOTE_VARIANTS, remote_model_folder
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("remote-models")
+    made = {}
+    for name, (kind, extra) in REMOTE_VARIANTS.items():
+        made[name] = remote_model_folder(root / name, kind, end_token_id=None, **extra)
+        if not extra:
+            made[f"{kind}-1"] = remote_model_folder(root / f"{kind}-1", kind, end_token_id=None,
+                                                    **{REMOTE_LAYERS[kind]: 1})
+    return made
+
+
+@pytest.fixture(scope="session")
+def remote_models(remote_folders) -> dict:
+    """Each of ``remote_folders`` loaded through ``trust_remote_code`` on DICO_TEST_DEVICE in float32."""
+    import dico
+    from standins import TEST_DEVICE
+
+    return {name: dico.load_model(folder, trust_remote_code=True, device=TEST_DEVICE, dtype="float32")
+            for name, folder in remote_folders.items()}
+
+
+@pytest.fixture(scope="session")
 def app_url(app_module, predictor):
     """The app served in-process on a free 127.0.0.1 port for the whole session."""
     demo = app_module.demo

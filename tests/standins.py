@@ -352,6 +352,15 @@ def remote_model_folder(path: Path, kind: str, seed: int = 0, **config) -> Path:
     return path
 
 
+# The stand-ins the cache tests load (tests/conftest.py: remote_folders): LLaDA as released (full multi-head
+# attention), LLaDA with every option its code has, Dream (grouped kv heads); and a one-layer model of each kind.
+REMOTE_VARIANTS = {"llada": ("llada", {}),
+                   "llada-options": ("llada", dict(n_kv_heads=2, attention_layer_norm=True, include_qkv_bias=True,
+                                                   weight_tying=True, input_emb_norm=True, scale_logits=True)),
+                   "dream": ("dream", {})}
+REMOTE_LAYERS = {"llada": "n_layers", "dream": "num_hidden_layers"}        # each config's own name
+
+
 def partial_cached_pass(predictor, run, steps: int = 3):
     """Decode ``steps`` steps of a cached ``Decoding`` (decoded and masked positions both exist), refresh on its
     current ids as if a block started, then make the next pass, one between refreshes: its computed positions and

@@ -6,23 +6,30 @@ refreshes a cached pass reuses stale keys and values; over an unchanged sequence
 logits, and the first layer's keys and values of an unchanged token never change.
 """
 import json
+from dataclasses import dataclass
 
 import pytest
 import torch
 
 import dico
-from dico.embedded import tasks
 from dico.batch import generate_batch
 from dico.cache import Cache, KVStore
+from dico.embedded import tasks
 from dico.loop import Decoding
 from dico.settings import CACHE_KINDS, MODES, settings_for
 from tests.standins import TEST_DEVICE, partial_cached_pass, random_predictor
 
 GEN, BLOCK = 32, 16
 KINDS = CACHE_KINDS[1:]
-# Every method, Vanilla twice: one token a step, and LLaDA's steps (two tokens a step here).
-METHODS = [("vanilla", {}), ("vanilla", {"steps": GEN // 2}), ("topk", {"k": 3}), ("fast", {}), ("fast-factor", {}),
-           ("dico", {})]
+
+
+def every_method(gen: int) -> list[tuple[str, dict]]:
+    """Every method, Vanilla twice: one token a step, and LLaDA's steps (two tokens a step here)."""
+    return [("vanilla", {}), ("vanilla", {"steps": gen // 2}), ("topk", {"k": 3}), ("fast", {}), ("fast-factor", {}),
+            ("dico", {})]
+
+
+METHODS = every_method(GEN)
 
 
 @pytest.fixture(scope="module")
@@ -47,33 +54,75 @@ def run(predictor, prompt, method, mode, **settings):
                          block_length=BLOCK if mode == "semi-ar" else None, **settings)
 
 
+# ---------------------------------------------------------------------------------- on every kind of model
+# The checks every cached forward passes, on the embedded BERT (the project's own pass over its modules,
+# dico.cache) and on LLaDA's and Dream's own modules (dico.remote_cache; the tiny stand-ins of tests/conftest.py:
+# remote_models, whose own tests are in tests/test_remote_cache.py).
+
+@dataclass
+class Subject:
+    """A model, the prompts it decodes here (the first alone; all of them as one batch) and the lengths."""
+    predictor: object
+    prompts: list[str]
+    gen: int
+    block: int
+    rtol: float            # of a cached logit against the uncached one (absolute: 2e-5 for all)
+
+    def run(self, method, mode, prompt=None, **settings):
+        return dico.generate(self.predictor, prompt or self.prompts[0], method, mode=mode, gen_length=self.gen,
+                             block_length=self.block if mode == "semi-ar" else None, **settings)
+
+    def decoding(self, method, mode, **settings) -> Decoding:
+        return Decoding(self.predictor, self.prompts[0], method, mode=mode, gen_length=self.gen,
+                        block_length=self.block, settings=settings)
+
+
+@pytest.fixture(params=["embedded", "llada", "llada-options", "dream"])
+def subject(request) -> Subject:
+    if request.param == "embedded":
+        prompts = [item.prompt for item in tasks.make_split("word", "test", 2) + tasks.make_split("list", "test", 1)]
+        # rtol: another CPU's kernels (and the noise plugin) move a BERT logit by about 1e-6 of itself
+        return Subject(request.getfixturevalue("predictor"), prompts, GEN, BLOCK, rtol=1e-5)
+    predictor = request.getfixturevalue("remote_models")[request.param]
+    return Subject(predictor, ["w1 w2 w3 w4 w5", "w3 w4 w5 w6 w7 w8", "w9 w10 w11 w12"], 16, 8, rtol=0.0)
+
+
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("method,extra", METHODS,
-                         ids=["vanilla", "vanilla-steps", "topk", "fast", "fast-factor", "dico"])
-def test_refreshing_every_pass_decodes_exactly_as_no_cache(predictor, prompt, method, extra, mode):
-    plain = run(predictor, prompt, method, mode, **extra)
-    for kind in KINDS:
-        cached = run(predictor, prompt, method, mode, cache=kind, cache_refresh=1, **extra)
-        assert decisions(cached) == decisions(plain), kind
-        assert all(s.refresh for s in cached.steps)
-        assert cached.token_forwards == plain.token_forwards == plain.nfe * (plain.prompt_length + GEN)
-
-
-def full_logits(predictor, ids):
-    return predictor.forward(ids)[0][0].float()
+def test_refreshing_every_pass_decodes_exactly_as_no_cache(subject, mode):
+    for method, extra in every_method(subject.gen):
+        plain = subject.run(method, mode, **extra)
+        for kind in KINDS:
+            cached = subject.run(method, mode, cache=kind, cache_refresh=1, **extra)
+            assert decisions(cached) == decisions(plain), (method, extra, kind)
+            assert all(s.refresh for s in cached.steps)
+            assert cached.token_forwards == plain.token_forwards == plain.nfe * (plain.prompt_length + subject.gen)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("mode", MODES)
-def test_a_cached_pass_over_an_unchanged_sequence_gives_the_uncached_logits(predictor, prompt, kind, mode):
-    run_ = Decoding(predictor, prompt, "fast", mode=mode, gen_length=GEN, block_length=BLOCK,
-                    settings={"cache": kind, "cache_refresh": 0})
-    positions, logits = partial_cached_pass(predictor, run_)
-    logits = logits.float()
-    expected = full_logits(predictor, run_.ids)
-    # rtol: another CPU's kernels (and the noise plugin) move a logit by about 1e-6 of itself
-    torch.testing.assert_close(logits[positions], expected[positions], rtol=1e-5, atol=2e-5)
+def test_a_cached_pass_over_an_unchanged_sequence_gives_the_uncached_logits(subject, kind, mode):
+    run_ = subject.decoding("fast", mode, cache=kind, cache_refresh=0)
+    positions, logits = partial_cached_pass(subject.predictor, run_)
+    window = torch.arange(run_.m + run_.window[0], run_.m + run_.window[1])
+    assert set(window.tolist()) <= set(positions.tolist()) or kind == "delayed"
+    expected = subject.predictor.forward(run_.ids)[0][0]
+    assert logits.dtype == expected.dtype == torch.float32
+    for where in (positions, window):                   # Dream: the block's first position too
+        torch.testing.assert_close(logits[where], expected[where], rtol=subject.rtol, atol=2e-5)
 
+
+@pytest.mark.parametrize("kind", ["dual", "delayed"])
+def test_batched_rows_decode_as_each_prompt_alone(subject, kind):
+    for refresh in (1, 0):
+        settings = {"cache": kind, "cache_refresh": refresh}
+        alone = [decisions(subject.run("dico", "semi-ar", p, **settings)) for p in subject.prompts]
+        batched = generate_batch(subject.predictor, subject.prompts, "dico", batch_size=3, mode="semi-ar",
+                                 gen_length=subject.gen, block_length=subject.block, **settings)
+        assert [decisions(t) for t in batched] == alone, refresh
+        assert [t.token_forwards for t in batched] == [sum(s.token_forwards for s in t.steps) for t in batched]
+
+
+# ---------------------------------------------------------------------------------- the embedded model's cache
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_first_layer_keys_and_values_of_unchanged_tokens_never_change(predictor, prompt, kind):
@@ -147,18 +196,6 @@ def test_refresh_every_n_passes_and_only_at_the_start_in_non_ar(predictor, promp
     assert [s.index for s in never.steps if s.refresh] == [0]
     every = run(predictor, prompt, "vanilla", "non-ar", cache="delayed", cache_refresh=8)
     assert [s.index for s in every.steps if s.refresh] == list(range(0, GEN, 8))
-
-
-@pytest.mark.parametrize("kind", ["dual", "delayed"])
-def test_batched_rows_decode_as_each_prompt_alone(predictor, kind):
-    prompts = [item.prompt for item in tasks.make_split("word", "test", 2) + tasks.make_split("list", "test", 1)]
-    for refresh in (1, 0):
-        settings = {"cache": kind, "cache_refresh": refresh}
-        alone = [decisions(run(predictor, p, "dico", "semi-ar", **settings)) for p in prompts]
-        batched = generate_batch(predictor, prompts, "dico", batch_size=3, mode="semi-ar", gen_length=GEN,
-                                 block_length=BLOCK, **settings)
-        assert [decisions(t) for t in batched] == alone, refresh
-        assert [t.token_forwards for t in batched] == [sum(s.token_forwards for s in t.steps) for t in batched]
 
 
 def test_guidance_keeps_a_cache_for_the_unprompted_sequence_too(predictor, prompt):

@@ -2,8 +2,9 @@
 
 The models are tiny stand-ins loaded through ``trust_remote_code`` whose code follows the published
 ``modeling_llada.py`` and ``modeling_dream.py`` (``tests/remote_standin.py``): the cached forward drives their
-modules as it would drive the released models'. Built without the tests' end-of-text push (the wrapper adds it
-after the head, where a cached forward does not look), so cached and uncached passes compute the same function.
+modules as it would drive the released models' (tests/conftest.py: remote_models). The checks every kind of model
+passes (refreshing every pass is exact, a cached pass over an unchanged sequence gives the uncached logits, batched
+rows decode as alone) are in tests/test_cache.py, parametrized over the model kind.
 """
 import math
 
@@ -11,42 +12,15 @@ import pytest
 import torch
 
 import dico
-from dico.batch import generate_batch
 from dico.loop import Decoding
 from dico.remote_cache import attach
 from dico.settings import CACHE_KINDS, MODES
-from tests.standins import TEST_DEVICE, llada_standin, partial_cached_pass, remote_model_folder
+from tests.standins import TEST_DEVICE, llada_standin, remote_model_folder
 
 GEN, BLOCK = 16, 8
 KINDS = CACHE_KINDS[1:]
 PROMPT = "w1 w2 w3 w4 w5"
 METHODS = [("vanilla", {}), ("vanilla", {"steps": GEN // 2}), ("fast", {}), ("fast-factor", {}), ("dico", {})]
-# LLaDA as released (full multi-head attention), LLaDA with every option its code has, Dream (grouped kv heads).
-VARIANTS = {"llada": ("llada", {}),
-            "llada-options": ("llada", dict(n_kv_heads=2, attention_layer_norm=True, include_qkv_bias=True,
-                                            weight_tying=True, input_emb_norm=True, scale_logits=True)),
-            "dream": ("dream", {})}
-
-
-LAYERS = {"llada": "n_layers", "dream": "num_hidden_layers"}        # each config's own name
-
-
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("remote-cache")
-    made = {}
-    for name, (kind, extra) in VARIANTS.items():
-        made[name] = remote_model_folder(root / name, kind, end_token_id=None, **extra)
-        if not extra:                                                   # and a one-layer model of each kind
-            made[f"{kind}-1"] = remote_model_folder(root / f"{kind}-1", kind, end_token_id=None, **{LAYERS[kind]: 1})
-    return made
-
-
-@pytest.fixture(scope="module")
-def models(folders):
-    return {name: dico.load_model(folder, trust_remote_code=True, device=TEST_DEVICE, dtype="float32")
-            for name, folder in folders.items()}
 
 
 def decisions(trace) -> dict:
@@ -58,46 +32,18 @@ def run(predictor, method, mode, prompt=PROMPT, **settings):
                          block_length=BLOCK if mode == "semi-ar" else None, **settings)
 
 
-def test_llada_and_dream_get_a_cached_forward_at_load(models):
-    assert all(hasattr(p.model, "dico_cached_forward") for p in models.values())
-
-
-@pytest.mark.parametrize("name", ["llada", "dream"])
-@pytest.mark.parametrize("mode", MODES)
-def test_refreshing_every_pass_decodes_exactly_as_no_cache(models, name, mode):
-    predictor = models[name]
-    for method, extra in METHODS:
-        plain = run(predictor, method, mode, **extra)
-        for kind in KINDS:
-            cached = run(predictor, method, mode, cache=kind, cache_refresh=1, **extra)
-            assert decisions(cached) == decisions(plain), (method, kind)
-            assert all(s.refresh for s in cached.steps) and cached.token_forwards == plain.token_forwards
-
-
-@pytest.mark.parametrize("name", list(VARIANTS))
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("mode", MODES)
-def test_a_cached_pass_over_an_unchanged_sequence_gives_the_uncached_logits(models, name, kind, mode):
-    predictor = models[name]
-    run_ = Decoding(predictor, PROMPT, "vanilla", mode=mode, gen_length=GEN, block_length=BLOCK,
-                    settings={"cache": kind, "cache_refresh": 0})
-    positions, logits = partial_cached_pass(predictor, run_)
-    window = torch.arange(run_.m + run_.window[0], run_.m + run_.window[1])
-    assert set(window.tolist()) <= set(positions.tolist()) or kind == "delayed"
-    expected = predictor.forward(run_.ids)[0][0]
-    assert logits.dtype == expected.dtype == torch.float32
-    torch.testing.assert_close(logits[positions], expected[positions], rtol=0, atol=2e-5)
-    torch.testing.assert_close(logits[window], expected[window], rtol=0, atol=2e-5)   # Dream: the block's first too
+def test_llada_and_dream_get_a_cached_forward_at_load(remote_models):
+    assert all(hasattr(p.model, "dico_cached_forward") for p in remote_models.values())
 
 
 @pytest.mark.parametrize("name", ["llada-1", "dream-1"])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("mode", MODES)
-def test_with_one_layer_nothing_is_stale_so_every_cached_pass_is_exact(models, name, kind, mode):
+def test_with_one_layer_nothing_is_stale_so_every_cached_pass_is_exact(remote_models, name, kind, mode):
     """One layer's keys and values depend on their token and position only: a cache that recomputes what changed
     (and, for Dream, the position before each computed one, whose raw logits predict it) gives exact logits at
     every masked position at every pass, a block's first position included, refreshing only when a block starts."""
-    predictor = models[name]
+    predictor = remote_models[name]
     run_ = Decoding(predictor, PROMPT, "dico", mode=mode, gen_length=GEN, block_length=BLOCK,
                     settings={"cache": kind, "cache_refresh": 0})
     partial = 0
@@ -113,42 +59,30 @@ def test_with_one_layer_nothing_is_stale_so_every_cached_pass_is_exact(models, n
 
 
 @pytest.mark.parametrize("name", ["llada", "dream"])
-@pytest.mark.parametrize("kind", ["dual", "delayed"])
-def test_batched_rows_decode_as_each_prompt_alone(models, name, kind):
-    predictor = models[name]
-    prompts = ["w1 w2", "w3 w4 w5 w6 w7 w8", "w9 w10 w11 w12"]
-    for refresh in (1, 0):
-        settings = {"cache": kind, "cache_refresh": refresh}
-        alone = [decisions(run(predictor, "dico", "semi-ar", p, **settings)) for p in prompts]
-        batched = generate_batch(predictor, prompts, "dico", batch_size=3, mode="semi-ar", gen_length=GEN,
-                                 block_length=BLOCK, **settings)
-        assert [decisions(t) for t in batched] == alone, refresh
-
-
-@pytest.mark.parametrize("name", ["llada", "dream"])
-def test_between_refreshes_a_pass_computes_fewer_positions(models, name):
-    plain = run(models[name], "vanilla", "semi-ar")
+def test_between_refreshes_a_pass_computes_fewer_positions(remote_models, name):
+    plain = run(remote_models[name], "vanilla", "semi-ar")
     shift = name == "dream"                          # Dream computes the position before the block too
-    dual = run(models[name], "vanilla", "semi-ar", cache="dual")
+    dual = run(remote_models[name], "vanilla", "semi-ar", cache="dual")
     assert [s.token_forwards for s in dual.steps if not s.refresh] == [BLOCK + shift] * (GEN - 2)
     assert dual.token_forwards < plain.token_forwards
 
 
 @pytest.mark.parametrize("name", ["llada", "dream"])
-def test_a_prefix_cache_computing_the_prompt_is_exact_in_a_single_block(models, name):
+def test_a_prefix_cache_computing_the_prompt_is_exact_in_a_single_block(remote_models, name):
     """One block, the prompt computed every pass: nothing the prefix cache reuses is stale (Dream's shift included)."""
     one_block = dict(mode="semi-ar", gen_length=GEN, block_length=GEN)
     for method, extra in METHODS:
-        plain = dico.generate(models[name], PROMPT, method, **one_block, **extra)
-        fresh = dico.generate(models[name], PROMPT, method, cache="prefix", cache_prompt=False, **one_block, **extra)
+        plain = dico.generate(remote_models[name], PROMPT, method, **one_block, **extra)
+        fresh = dico.generate(remote_models[name], PROMPT, method, cache="prefix", cache_prompt=False, **one_block,
+                              **extra)
         assert decisions(fresh) == decisions(plain), method
         assert fresh.token_forwards == plain.token_forwards
 
 
 @pytest.mark.parametrize("name", ["llada", "dream"])
-def test_a_refresh_pass_gives_the_attention_maps_of_an_uncached_pass(models, name):
-    plain = run(models[name], "fast", "non-ar", capture_attention=True)
-    cached = run(models[name], "fast", "non-ar", capture_attention=True, cache="delayed", cache_refresh=1)
+def test_a_refresh_pass_gives_the_attention_maps_of_an_uncached_pass(remote_models, name):
+    plain = run(remote_models[name], "fast", "non-ar", capture_attention=True)
+    cached = run(remote_models[name], "fast", "non-ar", capture_attention=True, cache="delayed", cache_refresh=1)
     assert decisions(cached) == decisions(plain)
     def grid(trace):                                # a row never masked in a stage (None) as nan
         width = 1 + GEN
@@ -158,7 +92,7 @@ def test_a_refresh_pass_gives_the_attention_maps_of_an_uncached_pass(models, nam
     torch.testing.assert_close(grid(cached), grid(plain), rtol=0, atol=1e-5, equal_nan=True)
 
 
-def test_a_model_of_another_structure_keeps_no_cached_forward_and_is_told_so(tmp_path, folders):
+def test_a_model_of_another_structure_keeps_no_cached_forward_and_is_told_so(tmp_path, remote_folders):
     marker = llada_standin()                        # LLaDA's interface without its modules
     with pytest.raises(ValueError, match="cache: model 'llada-standin' has no cached forward"):
         dico.generate(marker, "w20 w21", "fast", gen_length=8, cache="dual")
@@ -169,14 +103,14 @@ def test_a_model_of_another_structure_keeps_no_cached_forward_and_is_told_so(tmp
     with pytest.raises(ValueError, match="has no cached forward"):
         run(alibi, "fast", "semi-ar", cache="dual")
     assert run(alibi, "fast", "semi-ar").nfe > 0                     # without a cache it decodes as before
-    predictor = dico.load_model(folders["dream"], trust_remote_code=True)
+    predictor = dico.load_model(remote_folders["dream"], trust_remote_code=True)
     del predictor.model.model.layers[1].mlp                          # a layer it does not know
     assert not attach(predictor.model, "dream") and not attach(predictor.model, "llada")
 
 
 @pytest.mark.parametrize("name", ["llada", "dream"])
-def test_in_bfloat16_the_cache_computes_in_the_models_dtype(folders, name):
-    predictor = dico.load_model(folders[name], trust_remote_code=True, device=TEST_DEVICE, dtype="bfloat16")
+def test_in_bfloat16_the_cache_computes_in_the_models_dtype(remote_folders, name):
+    predictor = dico.load_model(remote_folders[name], trust_remote_code=True, device=TEST_DEVICE, dtype="bfloat16")
     plain = run(predictor, "dico", "semi-ar")
     cached = run(predictor, "dico", "semi-ar", cache="dual", cache_refresh=1)
     assert decisions(cached) == decisions(plain)
