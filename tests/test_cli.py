@@ -50,24 +50,33 @@ def _run(args: list[str]) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict:
+def tiny(tmp_path_factory) -> dict:
+    """A tiny model saved to a folder, and ``fill``, which puts its path ({tiny}) and the temporary folder's ({tmp})
+    into a command's arguments."""
     tmp = tmp_path_factory.mktemp("cli")
-    tiny = tiny_model_folder(tmp / "tiny")
+    folder = tiny_model_folder(tmp / "tiny")
 
     def fill(args: list[str]) -> list[str]:
-        return [a.format(tiny=tiny, tmp=tmp) for a in args]
+        return [a.format(tiny=folder, tmp=tmp) for a in args]
+    return {"tmp": tmp, "folder": str(folder), "fill": fill}
 
+
+@pytest.fixture(scope="module")
+def results(tiny) -> dict:
+    """The commands run in a subprocess, side by side: a successful generate and the refused inputs."""
+    tmp, fill = tiny["tmp"], tiny["fill"]
     commands = {
-        "generate": ["generate", "--model", str(tiny), "--prompt", PROMPT, "--gen-length", "12", "--seeds", "2",
+        "generate": ["generate", "--model", tiny["folder"], "--prompt", PROMPT, "--gen-length", "12", "--seeds", "2",
                      "--tau1", "0.2", "--no-guidance", "--json", str(tmp / "trace.json")],
         **{name: ["generate", *fill(BAD_INPUTS[name][0])] for name in IN_A_SUBPROCESS},
     }
     with ThreadPoolExecutor(max_workers=2) as pool:
         done = dict(zip(commands, pool.map(_run, commands.values())))
-    done["trace path"], done["fill"] = tmp / "trace.json", fill
+    done["trace path"] = tmp / "trace.json"
     return done
 
 
+@pytest.mark.subprocess
 def test_generate_prints_the_answer_then_nfe_answer_and_padding_counts_and_timing(results):
     run = results["generate"]
     assert run.returncode == 0, run.stderr
@@ -90,6 +99,7 @@ def test_generate_prints_the_answer_then_nfe_answer_and_padding_counts_and_timin
     assert all(set(trace.answer_commits(s)) | set(trace.padding_commits(s)) == set(s.committed) for s in trace.steps)
 
 
+@pytest.mark.subprocess
 def test_generate_json_writes_a_loadable_trace_with_the_settings_given(results):
     trace = Trace.load(results["trace path"])
     assert trace.method == "dico" and trace.mode == "non-ar" and trace.gen_length == 12
@@ -98,10 +108,9 @@ def test_generate_json_writes_a_loadable_trace_with_the_settings_given(results):
     assert trace.settings["tau2"] == 0.6                                    # the rest keep the paper defaults
 
 
-def test_authors_code_decodes_as_the_release_and_options_given_beside_it_win(results, capsys, tmp_path):
-    tiny = results["fill"](["{tiny}"])[0]
-    assert main(["generate", "--model", tiny, "--prompt", PROMPT, "--gen-length", "8", "--authors-code", "--seeds",
-                 "8", "--no-grow-through-commits", "--json", str(tmp_path / "preset.json")]) == 0
+def test_authors_code_decodes_as_the_release_and_options_given_beside_it_win(tiny, capsys, tmp_path):
+    assert main(["generate", "--model", tiny["folder"], "--prompt", PROMPT, "--gen-length", "8", "--authors-code",
+                 "--seeds", "8", "--no-grow-through-commits", "--json", str(tmp_path / "preset.json")]) == 0
     capsys.readouterr()
     settings = Trace.load(tmp_path / "preset.json").settings
     assert settings["authors_code"] is True and settings["seeds"] == 8 and settings["grow_through_commits"] is False
@@ -109,10 +118,9 @@ def test_authors_code_decodes_as_the_release_and_options_given_beside_it_win(res
     assert settings["mask_in_softmax"] is True
 
 
-def test_several_prompts_in_one_batch_print_what_each_prints_alone(results, capsys, tmp_path):
-    tiny = results["fill"](["{tiny}"])[0]
+def test_several_prompts_in_one_batch_print_what_each_prints_alone(tiny, capsys, tmp_path):
     prompts = [PROMPT, "Anna has 3 books .", "How many apples ?"]
-    common = ["generate", "--model", tiny, "--gen-length", "10", "--method", "fast"]
+    common = ["generate", "--model", tiny["folder"], "--gen-length", "10", "--method", "fast"]
     alone = []
     for prompt in prompts:
         assert main([*common, "--prompt", prompt]) == 0
@@ -138,6 +146,7 @@ def check_one_error_line(name: str, code: int, stdout: str, stderr: str) -> None
         assert stderr.strip() == errors[0]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("name", IN_A_SUBPROCESS)
 def test_bad_input_exits_2_with_one_error_line_naming_the_field(results, name):
     run = results[name]
@@ -145,9 +154,9 @@ def test_bad_input_exits_2_with_one_error_line_naming_the_field(results, name):
 
 
 @pytest.mark.parametrize("name", BAD_INPUTS)
-def test_main_refuses_bad_input_with_code_2_and_one_error_line_naming_the_field(results, name, capsys):
+def test_main_refuses_bad_input_with_code_2_and_one_error_line_naming_the_field(tiny, name, capsys):
     try:
-        code = main(results["fill"](["generate", *BAD_INPUTS[name][0]]))
+        code = main(tiny["fill"](["generate", *BAD_INPUTS[name][0]]))
     except SystemExit as exit_:           # argparse's own errors
         code = exit_.code
     out = capsys.readouterr()
