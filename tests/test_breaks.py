@@ -93,6 +93,7 @@ def test_breaks_refuses_families_without_choices(capsys):
     assert "error: families: breaks reads answers with several valid forms" in capsys.readouterr().err
 
 
+@pytest.mark.subprocess
 def test_cells_in_processes_give_the_rows_of_one_process(predictor, tmp_path):
     """``--jobs 2`` decodes each (family, mode) cell in its own process; greedy decoding makes the rows the same,
     in the same order."""
