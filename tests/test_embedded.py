@@ -10,11 +10,6 @@ from dico.embedded.card import ISSUE_PROMPTS
 from dico.models import EMBEDDED
 
 
-@pytest.fixture(scope="module")
-def predictor():
-    return dico.load_model()
-
-
 def test_shipped_files_are_complete_and_small():
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md"):
         assert (EMBEDDED / name).exists(), name
@@ -38,7 +33,8 @@ def test_answers_a_fixed_held_out_word_problem_with_vanilla(predictor, logit_noi
 
 
 # Issue 16's three prompts, with every method in both modes: right answer, name and object copied (the shipped
-# model's card: 24 of 24). A model that misses some lists them here as strict expected failures.
+# model's card: 30 of 30, its card.json's issue_prompts; checked below). A model that misses some lists them here as
+# strict expected failures.
 MISSES: set = set()
 
 
@@ -53,6 +49,22 @@ def test_issue_16_prompts_decode_right_with_the_name_and_object_copied(predictor
     assert tasks.check(item, trace.text) and all(e in trace.text for e in item.entities), trace.text
 
 
+
+def test_the_cards_issue_16_count_is_every_prompt_method_and_mode():
+    """The card quotes issue 16's runs from card.json; they are one per prompt, method and mode, as tested above."""
+    import json
+    runs = json.loads((EMBEDDED / "card.json").read_text())["issue_prompts"]
+    methods = {r["method"] for r in runs["runs_detail"]}         # the methods there were when the card was measured
+    assert methods <= set(dico.METHODS) and {"vanilla", "topk", "fast", "fast-factor", "dico"} <= methods
+    assert runs["runs"] == len(runs["runs_detail"]) == len(ISSUE_PROMPTS) * 2 * len(methods)
+    assert {(r["prompt"], r["mode"], r["method"]) for r in runs["runs_detail"]} == {
+        (item.prompt[:30], mode, method)
+        for item in ISSUE_PROMPTS for mode in ("non-ar", "semi-ar") for method in methods}
+    assert runs["right"] == runs["copied"] == sum(r["right"] and r["copied"] for r in runs["runs_detail"])
+    card = (EMBEDDED / "README.md").read_text()
+    assert f"{len(methods)} methods" in card and f"**{runs['right']} of {runs['runs']} runs right**" in card
+
+
 QUETZALINA = "Quetzalina has 5 zebras. She finds 3 more zebras. How many zebras does Quetzalina have now?"
 
 
@@ -63,7 +75,7 @@ def test_no_word_is_unknown_and_an_answer_with_a_name_never_seen_is_right(predic
 
 
 @pytest.mark.xfail(strict=True, reason="a rare name of 7 BPE pieces is mangled in this prompt (step 51,075: cut to "
-                                       "'Quetzal'; step 76,415: 'Quetzalinaetalzalina'); the card's long names: README")
+                                       "'Quetzal'; step 76,415: 'Quetzalinaetalzalina'); the card's 'Rare long names'")
 def test_a_long_name_never_seen_is_copied_whole(predictor):
     text = dico.generate(predictor, QUETZALINA, "vanilla", gen_length=96).text
     assert re.search(r"\bQuetzalina\b", text), text
@@ -77,8 +89,8 @@ def test_attention_capture_on_the_embedded_model(predictor):
     assert sorted(s for steps in att.steps for s in steps) == list(range(trace.nfe))
     for rows in att.matrix:
         assert len(rows) == 48
-        for row in rows:
-            assert row is None or (len(row) == 49 and min(row) >= 0 and abs(sum(row) - 1) < 2e-3)  # rows are distributions
+        for row in rows:        # rows are distributions
+            assert row is None or (len(row) == 49 and min(row) >= 0 and abs(sum(row) - 1) < 2e-3)
 
 
 def test_decoding_a_tokenized_text_gives_it_back(predictor):
