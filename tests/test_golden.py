@@ -27,7 +27,10 @@ CASES = {case_id(c): c for c in GOLDEN["decodes"] + AUTHORS_CODE["decodes"]}
 # The noisy pass decodes one example of each family (word, list, free) with every method and mode: about 25 s
 # on 2 cores, where all 96 decodes again would add 80 s.
 NOISY_EXAMPLES = (0, 4, 8)
-PASSES = [pytest.param(case, "exact", id=f"exact-{name}") for name, case in CASES.items()] + \
+# The default run decodes those examples exactly too; every other example's exact decode is left to CI (`slow`).
+PASSES = [pytest.param(case, "exact", id=f"exact-{name}",
+                       marks=() if case["example"] in NOISY_EXAMPLES else pytest.mark.slow)
+          for name, case in CASES.items()] + \
          [pytest.param(case, "noisy", id=f"noisy-{name}", marks=pytest.mark.noisy) for name, case in CASES.items()
           if case["example"] in NOISY_EXAMPLES and "settings" not in case]
 
