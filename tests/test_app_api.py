@@ -125,6 +125,7 @@ def test_replay_a_downloaded_bundle(client, app_module, predictor):
     assert again["table"]["data"] == first["table"]["data"]
 
 
+@pytest.mark.soak
 def test_users_at_once_each_get_their_own_race(app_url, app_module, predictor):
     prompts = [f"Here is a list: {a}, {a + 3}, 9. Add 2 to each number." for a in (1, 2, 3, 4)]
 

@@ -106,6 +106,7 @@ def _churn(folder, seconds, errors):
         errors.put(repr(exc))
 
 
+@pytest.mark.soak
 def test_clean_up_never_fails_whatever_other_processes_remove(tmp_path):
     """Two 'servers' (processes) and two concurrent runs (threads) write and clean the same folder, every file
     old at once, so they race to list, stat and remove the same files: nothing raises, and a young file is
@@ -236,6 +237,7 @@ def in_worker(fn, rounds):
     return handler
 
 
+@pytest.mark.subprocess
 def test_stop_reaches_a_race_running_in_a_worker_process(app_module, predictor, monkeypatch):
     rounds = multiprocessing.get_context("fork").Value("i", 0)
     monkeypatch.setattr(h, "decode_race", in_worker(h.decode_race, rounds))
