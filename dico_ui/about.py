@@ -33,17 +33,21 @@ def about_text(traces: list[Trace], outside: str = "") -> str:
 
 
 def judged(traces: list[Trace]) -> str:
-    """For a shipped example, which lanes answered right, by the example's own checker: the lesson in words."""
+    """Which lanes answered right, by the family's checker (a shipped example's, or the item read from the prompt):
+    the lesson in words; nothing for a prompt the app cannot check (the race says so above the lanes)."""
     from dico.embedded import tasks
 
-    item = example_item(traces[0].prompt) if traces else None
-    if item is None or any(t.stopped for t in traces):
+    if not traces or any(t.stopped for t in traces):
+        return ""
+    item = render.judged_item(traces[0].prompt)
+    if item is None:
         return ""
     right = [t for t in traces if tasks.check(item, t.text)]
     wrong = [t for t in traces if t not in right]
     rule = ("any valid choice is right; the same thing twice, or pieces of two, is not"
             if item.family in ("pick", "team") else f"the final answer must be {item.target}")
-    said = [f"This prompt is a shipped {item.family} example, so every answer can be checked ({rule})."]
+    source = "a shipped" if example_item(traces[0].prompt) else "a"
+    said = [f"This prompt is {source} {item.family} task, so every answer can be checked ({rule})."]
     if right:
         said.append("Right: " + ", ".join(f"**{clean(t.label)}** in {t.nfe} steps" for t in right) + ".")
     said += [f"**{clean(t.label)}** answered “{clean(t.text.strip())}”: wrong, in {t.nfe} steps." for t in wrong]

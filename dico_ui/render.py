@@ -44,20 +44,26 @@ class Cell:
     conf: float | None        # commit confidence, or the current confidence while masked
     step: int | None          # index of the step that committed it
     padding: bool             # at or after the answer's end (the first committed end-of-text)
+    revised: str | None = None  # the text step k took back to the mask here (a revising rule), else None
 
 
 def cells(trace: Trace, k: int, token_text: Callable[[int], str] | None = None) -> list[Cell]:
-    """The response after step index ``k`` (-1: before the first step)."""
+    """The response after step index ``k`` (-1: before the first step); a step's take-backs (``Step.remasked``,
+    applied after its commits) mask a position again."""
     text_of = token_text or trace.token_text
     k = min(k, len(trace.steps) - 1)
-    token, when, conf = {}, {}, {}
+    token, when, conf, back = {}, {}, {}, {}
     for step in trace.steps[:k + 1]:
         for p, t in zip(step.committed, step.tokens):
             token[p], when[p], conf[p] = t, step.index, step.confidence[p]
+        back = {p: token.pop(p) for p in getattr(step, "remasked", None) or [] if p in token}
+        for p in back:
+            del when[p], conf[p]
     current = trace.steps[k].confidence if k >= 0 else [None] * trace.gen_length
     texts = {p: text_of(t) for p, t in token.items()}
     end = min((p for p, s in texts.items() if s.strip() in END_TEXTS), default=trace.gen_length)
-    return [Cell(p, texts.get(p), conf.get(p, current[p]), when.get(p), p >= end) for p in range(trace.gen_length)]
+    return [Cell(p, texts.get(p), conf.get(p, current[p]), when.get(p), p >= end,
+                 text_of(back[p]) if p in back else None) for p in range(trace.gen_length)]
 
 
 def answer_complete(trace: Trace, k: int, token_text=None) -> int | None:
@@ -70,58 +76,73 @@ def answer_complete(trace: Trace, k: int, token_text=None) -> int | None:
     return max((c.step for c in answer), default=-1) + 1 if answer else 0
 
 
+def _cell_html(c: Cell, k: int) -> str:
+    new = " new" if c.step is not None and c.step == k else ""
+    if c.text is None:
+        shade = 0.0 if c.conf is None else c.conf
+        kind = "mask pad" if c.padding else "mask"
+        if c.revised is not None:          # taken back at this step: the old token struck through, then the mask
+            return (f' <span class="tok revised" title="position {c.pos}: taken back to the mask at step {k}">'
+                    f'<s>{clean(c.revised.strip()) or "␣"}</s></span><span class="tok {kind}" style="--shade:'
+                    f'{shade:.2f}" title="position {c.pos}: masked again, confidence {shade:.2f}">{MASK_SYMBOL}</span>')
+        return (f' <span class="tok {kind}" style="--shade:{shade:.2f}" '
+                f'title="position {c.pos}: masked, confidence {shade:.2f}">{MASK_SYMBOL}</span>')
+    if c.padding:
+        return (f'<span class="tok pad{new}" title="position {c.pos}: padding (end-of-text), committed at '
+                f'step {c.step} with confidence {c.conf:.2f}"></span>')
+    bg, fg = conf_color(c.conf)
+    space = " " if c.text[:1].isspace() else ""
+    return (f'{space}<span class="tok{new}" style="background:{bg};color:{fg}" title="position {c.pos}: '
+            f'committed at step {c.step} with confidence {c.conf:.2f}">{clean(c.text.strip())}</span>')
+
+
 def response_html(trace: Trace, k: int, token_text=None) -> str:
     """THE response at step index k: committed tokens coloured by their commit confidence, masked positions as
-    placeholders shaded by their current confidence, this step's commits outlined, padding as small grey marks."""
+    placeholders shaded by their current confidence, this step's commits outlined, tokens this step took back
+    struck through, padding as small grey marks."""
     parts, padding_started = [], False
     for c in cells(trace, k, token_text):
-        new = " new" if c.step is not None and c.step == k else ""
         if c.padding and not padding_started:
             padding_started = True
             parts.append('<span class="end-mark" title="end of the answer: the rest is padding">⟂</span>')
-        if c.text is None:
-            shade = 0.0 if c.conf is None else c.conf
-            kind = "mask pad" if c.padding else "mask"
-            parts.append(f' <span class="tok {kind}" style="--shade:{shade:.2f}" '
-                         f'title="position {c.pos}: masked, confidence {shade:.2f}">{MASK_SYMBOL}</span>')
-        elif c.padding:
-            parts.append(f'<span class="tok pad{new}" title="position {c.pos}: padding (end-of-text), committed at '
-                         f'step {c.step} with confidence {c.conf:.2f}"></span>')
-        else:
-            word = c.text.strip()
-            bg, fg = conf_color(c.conf)
-            space = " " if c.text[:1].isspace() else ""
-            parts.append(f'{space}<span class="tok{new}" style="background:{bg};color:{fg}" title="position {c.pos}: '
-                         f'committed at step {c.step} with confidence {c.conf:.2f}">{clean(word)}</span>')
+        parts.append(_cell_html(c, k))
     return f'<div class="response" dir="auto">{"".join(parts).strip()}</div>'
 
 
 ORDINALS = ("1st", "2nd", "3rd", "4th")
+NOT_JUDGED = ('<div class="judge-note">Not judged: the app cannot check answers to this prompt (it judges pick and '
+              'team prompts, list tasks and word problems it can read).</div>')
+
+
+def _place(rank: int | None) -> str:
+    return f' <span class="place">{ORDINALS[rank]}</span>' if rank is not None and rank < len(ORDINALS) else ""
+
+
+def _verdict(right: bool | None) -> str:
+    if right is None:
+        return ""
+    return '<span class="verdict right">right</span>' if right else '<span class="verdict wrong">wrong answer</span>'
 
 
 def lane_html(trace: Trace, k: int, state: str, token_text=None, rank: int | None = None,
               color: str | None = None, right: bool | None = None) -> str:
     """One lane's card in the race, headed by its label: its step counter, its answer-complete moment (and its
-    place among the lanes whose answer is complete), whether a finished answer is right (``right``: None when
-    it cannot be checked) and the response at step k."""
+    place among the lanes whose answer is complete and not wrong), whether a finished answer is right (``right``:
+    None when it cannot be checked) and the response at step k."""
     steps = min(k + 1, len(trace.steps))
     done = answer_complete(trace, k, token_text)
     flags = [f"step <b>{steps}</b>" + (f" of {trace.nfe}" if state == "done" else "")]
     if done is None:
         flags.append("answer not complete yet")
     else:
-        place = f' <span class="place">{ORDINALS[rank]}</span>' if rank is not None and rank < len(ORDINALS) else ""
-        flags.append(f"answer complete at step <b>{done}</b>{place}")
+        flags.append(f"answer complete at step <b>{done}</b>" + ("" if right is False else _place(rank)))
     if state == "done":
-        flags.append("finished")
-        if right is not None:
-            flags.append('<span class="verdict right">right</span>' if right else
-                         '<span class="verdict wrong">wrong answer</span>')
+        flags += ["finished"] + ([_verdict(right)] if right is not None else [])
     elif state == "stopped":
         flags.append(f"stopped at step {steps}")
     elif state == "decoding":
         flags.append('<span class="live">decoding…</span>')
-    cls = "lane done" if state == "done" else "lane"
+    cls = "lane done" + (" wrong" if right is False else "") if state == "done" else "lane"
     color = color or METHOD_COLORS.get(trace.method, "#999999")
     return (f'<div class="{cls}" style="border-left-color:{color}"><div class="lane-head">'
             f'<b class="lane-label">{clean(trace.name)}</b> · '
@@ -129,24 +150,36 @@ def lane_html(trace: Trace, k: int, state: str, token_text=None, rank: int | Non
 
 
 def lanes_html(lanes: list[tuple[Trace, int, str]], token_text=None, banner: str = "") -> str:
-    """Every lane's card side by side, with the colour legend."""
+    """Every lane's card side by side, with the colour legend. Places go to complete answers not judged wrong: a
+    wrong answer is marked wrong, never "3rd"."""
     from dico_ui.text import prose
-    complete = [answer_complete(t, k, token_text) for t, k, _ in lanes]
-    order = sorted({c for c in complete if c is not None})
-    colors = run_colors([t for t, _, _ in lanes])
+    if not lanes:
+        return banner
     rights = verdicts(lanes)
-    cards = "".join(lane_html(t, k, state, token_text, None if c is None else order.index(c), color, right)
+    complete = [answer_complete(t, k, token_text) for t, k, _ in lanes]
+    order = sorted({c for c, right in zip(complete, rights) if c is not None and right is not False})
+    colors = run_colors([t for t, _, _ in lanes])
+    cards = "".join(lane_html(t, k, state, token_text, order.index(c) if c in order and right is not False else None,
+                              color, right)
                     for (t, k, state), c, color, right in zip(lanes, complete, colors, rights))
-    return f'{banner}<div class="race">{cards}</div>{prose("legend.html")}' if lanes else banner
+    unjudged = any(state == "done" for _, _, state in lanes) and judged_item(lanes[0][0].prompt) is None
+    return f'{banner}{NOT_JUDGED if unjudged else ""}<div class="race">{cards}</div>{prose("legend.html")}'
+
+
+def judged_item(prompt: str):
+    """The task item a prompt is judged by: a shipped example's own, else the one read from the prompt
+    (``dico.embedded.judge``); None when the app cannot check answers to it."""
+    from dico.embedded.judge import item_for
+    return example_item(prompt) or item_for(prompt)
 
 
 def verdicts(lanes: list[tuple[Trace, int, str]]) -> list[bool | None]:
-    """Each finished lane's answer judged by its shipped example's checker (every valid form right, mixtures and
-    repeats wrong): True, False, or None for a lane not finished or a prompt that is not a shipped example."""
+    """Each finished lane's answer judged by its family's checker (every valid form right, mixtures and repeats
+    wrong): True, False, or None for a lane not finished or a prompt the app cannot judge."""
     from dico.embedded import tasks
 
     finished = [state == "done" for _, _, state in lanes]
-    item = example_item(lanes[0][0].prompt) if any(finished) else None
+    item = judged_item(lanes[0][0].prompt) if any(finished) else None
     return [tasks.check(item, t.text) if item is not None and done else None
             for (t, _, _), done in zip(lanes, finished)]
 
@@ -208,8 +241,9 @@ def step_head(trace: Trace, k: int) -> str:
     return (f'<div class="step-head"><b>{clean(trace.name)}</b>, step index <b>{k}</b> of '
             f'{len(trace.steps) - 1} · phase <b>{clean(step.phase)}</b> · '
             f'committed {len(trace.answer_commits(step))} '
-            f'answer + {len(trace.padding_commits(step))} padding (outlined) · clusters: '
-            f'{clusters}</div>')
+            f'answer + {len(trace.padding_commits(step))} padding (outlined)'
+            + (f' · took back {len(step.remasked)} (struck through)' if getattr(step, "remasked", None) else '')
+            + f' · clusters: {clusters}</div>')
 
 
 def step_html(trace: Trace | None, k: int) -> str:
