@@ -207,3 +207,124 @@ def test_a_second_lane_of_one_method_with_another_setting_races_under_its_label(
     page.locator("#lane-1-remove").click()                  # the Top-2 row moves up
     expect(page.locator("#lane-2")).to_be_hidden()
     expect(page.locator("#lane-1-knob input")).to_have_value("2")
+
+
+# ---------------------------------------------------------------------------- issue 45: the page a visitor meets
+
+PROJECTOR, PHONE = (1400, 900), (390, 844)
+COMPONENT_ERROR = ".block .error"          # gradio's red "Error" pill on an output (toasts are outside blocks)
+
+
+def boxes_of(page, selector: str) -> list[dict]:
+    return [b for b in (e.bounding_box() for e in page.locator(selector).all()) if b and b["width"] and b["height"]]
+
+
+def overlapping(a: dict, b: dict) -> bool:
+    return not (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+                or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+
+
+def upload(page, path):
+    with page.expect_file_chooser() as chooser:
+        page.locator("#upload").click()
+    chooser.value.set_files(str(path))
+
+
+def judged_bundle(tmp_path, prompt: str, texts: list[str]):
+    """The shipped example run under another prompt, its lanes' answers replaced: what the judge reads is the
+    trace's text, so a replayed file tests right and wrong in the page without a model's whims."""
+    import json
+    from pathlib import Path
+    bundle = json.loads((Path(__file__).resolve().parents[1] / "assets" / "ui" / "example_run.json").read_text())
+    for trace, text in zip(bundle["traces"], texts):
+        trace["prompt"], trace["text"] = prompt, text
+    path = tmp_path / "judged.json"
+    path.write_text(json.dumps(bundle))
+    return path
+
+
+@pytest.mark.parametrize("size", [PROJECTOR, PHONE], ids=["projector", "phone"])
+def test_the_first_screen_shows_the_run_and_the_finished_race_starts_above_the_fold(page, app_url, artifacts, size):
+    problems = watch(page, app_url, *size)
+    expect(lanes(page)).to_have_count(DEFAULT_LANES)
+    expect(page.locator("#trajectory-plot .js-plotly-plot")).to_be_visible()
+    name = "projector" if size == PROJECTOR else "phone"
+    page.screenshot(path=str(artifacts / f"{name}-first-screen.png"))
+    assert page.locator("#run").bounding_box()["y"] + 40 <= size[1], "Run is below the first screen"
+    if size == PROJECTOR:
+        assert lanes(page).first.bounding_box()["y"] + 60 <= size[1], "the example race starts below the fold"
+    assert page.locator(COMPONENT_ERROR).count() == 0
+    assert problems["console"] == [] and problems["outside"] == []
+
+
+def test_at_phone_width_the_phase_note_the_tabs_and_the_lanes_read(page, app_url, artifacts):
+    watch(page, app_url, *PHONE)
+    expect(page.locator("#phase-plot .js-plotly-plot")).to_be_visible()
+    note = page.locator(".row > .phase-note")
+    expect(note).to_be_visible()                          # the example run has a DiCo lane
+    assert note.bounding_box()["width"] >= 300, "the Divide/Conquer/Finalize note is squeezed"
+    tabs = page.locator("#results [role=tab]")
+    expect(tabs).to_have_count(6)                         # none hidden behind "..."
+    for i in range(6):
+        expect(tabs.nth(i)).to_be_visible()
+    method, remove = (page.locator(f"#lane-0-{part}").bounding_box() for part in ("method", "remove"))
+    assert remove["y"] < method["y"] + method["height"], "a lane's remove button sits on a row of its own"
+    assert remove["x"] + remove["width"] <= PHONE[0]
+    for plot in ("trajectory-plot", "phase-plot"):
+        title, frame = (page.locator(f"#{plot} {part}").first.bounding_box() for part in (".gtitle", ".main-svg"))
+        assert title["x"] >= frame["x"] and title["x"] + title["width"] <= frame["x"] + frame["width"] + 1, plot
+    assert page.locator("#trajectory-plot .modebar-container").first.is_hidden()      # not over the title
+    note.scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts / "phone-phase-note.png"))
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE[0] + 2
+
+
+@pytest.mark.parametrize("size", [PROJECTOR, PHONE], ids=["projector", "phone"])
+def test_the_benchmark_axis_titles_do_not_overlap_and_table_words_stay_whole(page, app_url, artifacts, size):
+    watch(page, app_url, *size)
+    page.get_by_role("tab", name="Benchmark").click()
+    expect(page.locator("#bench-plot .js-plotly-plot")).to_be_visible()
+    shared = page.locator("#bench-plot .annotation").filter(has_text="NFE")     # one title under every panel
+    expect(shared).to_have_count(1)
+    page.wait_for_timeout(500)                           # the tab's resize redraws the figure once more
+    titles = boxes_of(page, "#bench-plot .xtitle") + [b for b in (e.bounding_box() for e in shared.all()) if b]
+    ticks = boxes_of(page, "#bench-plot .xtick text")
+    assert titles, "the benchmark figure has no x-axis title"
+    for i, a in enumerate(titles):
+        assert not any(overlapping(a, b) for b in titles[i + 1:] + ticks), "x-axis titles overlap"
+    cell = page.locator("#bench-table th").first
+    assert cell.evaluate("e => getComputedStyle(e).wordBreak") == "normal"
+    page.screenshot(path=str(artifacts / f"benchmark-{size[0]}.png"), full_page=True)
+
+
+def test_a_wrong_answer_to_any_judgeable_prompt_is_marked_wrong_and_gets_no_place(watched_page, artifacts, tmp_path):
+    page = watched_page
+    expect(lanes(page)).to_have_count(DEFAULT_LANES)
+    upload(page, judged_bundle(tmp_path, "Pick two of these: kites, drums, hats and cups.",
+                               ["I pick kites and cups.", "I pick dres and dres.", "I pick hats and drums.",
+                                "I pick drums and cups."]))
+    expect(page.locator("#status")).to_contain_text("Replayed", timeout=LONG)
+    wrong = lanes(page).nth(1)
+    expect(wrong.locator(".verdict.wrong")).to_have_text("wrong answer")
+    expect(wrong.locator(".place")).to_have_count(0)                       # wrong is not "3rd"
+    expect(page.locator("#answers .verdict.right")).to_have_count(3)
+    expect(page.locator("#answers .judge-note")).to_have_count(0)
+    page.locator("#answers").screenshot(path=str(artifacts / "judged-typed-prompt.png"))
+    upload(page, judged_bundle(tmp_path, "Write a poem about kites.", ["Kites fly."] * 4))
+    expect(page.locator("#answers .judge-note")).to_contain_text("Not judged")
+    expect(page.locator("#answers .verdict")).to_have_count(0)
+
+
+def test_after_a_bad_upload_a_good_run_leaves_no_error_on_the_page(watched_page, artifacts, tmp_path):
+    page = watched_page
+    bad = tmp_path / "garbage.json"
+    bad.write_text('{"garbage": 1')
+    upload(page, bad)
+    expect(page.locator(".toast-body").first).to_contain_text("not valid JSON", timeout=LONG)
+    page.locator("#examples .gallery-item").nth(LIST_EXAMPLE).click()
+    set_gen_length(page, 16)
+    page.locator("#run").click()
+    expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
+    expect(lanes(page)).to_have_count(DEFAULT_LANES)
+    expect(page.locator(COMPONENT_ERROR)).to_have_count(0)
+    page.screenshot(path=str(artifacts / "good-run-after-bad-upload.png"), full_page=True)

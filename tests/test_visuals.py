@@ -17,9 +17,23 @@ import pytest
 import visuals
 from dico.settings import METHOD_LABELS
 from dico.trace import PHASES, Trace
-from visuals import (METHOD_COLORS, OKABE_ITO, PHASE_COLORS, accuracy_nfe_figure, attention_figure, cluster_figure,
-                     comparison_figure, comparison_table, method_id, phase_figure, step_text, step_view_figure,
-                     stream_figure, trajectories_side_by_side, trajectory_figure)
+from visuals import (
+    METHOD_COLORS,
+    OKABE_ITO,
+    PHASE_COLORS,
+    accuracy_nfe_figure,
+    attention_figure,
+    cluster_figure,
+    comparison_figure,
+    comparison_table,
+    method_id,
+    phase_figure,
+    step_text,
+    step_view_figure,
+    stream_figure,
+    trajectories_side_by_side,
+    trajectory_figure,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = {p.stem: p for p in sorted((ROOT / "tests" / "golden" / "traces").glob("*.json"))}
@@ -76,12 +90,19 @@ def block_edges(trace: Trace) -> list[float]:
     return [b - 0.5 for b in range(trace.block_length, trace.gen_length, trace.block_length)]
 
 
+def title_of(fig) -> str:
+    """A figure's title as one line of text (titles are wrapped to a phone's width)."""
+    return re.sub(r"</?sup>", "", fig.layout.title.text.replace("<br>", " "))
+
+
 def padding_total(trace: Trace) -> int:
     return sum(len(trace.padding_commits(s)) for s in trace.steps)
 
 
 def test_the_golden_set_covers_what_the_figures_draw(golden):
-    assert {t.method for t in golden.values()} == set(METHOD_LABELS)
+    # the revising methods (eb, klass, wino, saber) join the golden set with their traces; the hand-made trace of
+    # test_a_revising_step_* draws their take-backs meanwhile
+    assert {"vanilla", "topk", "fast", "dico"} <= {t.method for t in golden.values()} <= set(METHOD_LABELS)
     assert SEMI_AR and DICO and any(golden[n].attention for n in DICO)
     assert all(padding_total(t) > 0 for t in golden.values())        # the lesson of issue 14 needs padding
 
@@ -98,7 +119,7 @@ def test_trajectory_heatmap_is_blank_exactly_where_decoded(trace):
     r, j = np.argwhere(~np.isnan(z))[-1]                        # hover names the predicted token
     assert visuals._common.show(trace.token_text(trace.steps[r].prediction[j])) in np.asarray(heat.text)[r, j]
     assert tuple(fig.layout.yaxis.range) == (len(trace.steps) - 0.5, -0.5)     # step 0 at the top, as in the paper
-    assert str(trace.nfe) in fig.layout.title.text
+    assert str(trace.nfe) in title_of(fig)
 
 
 def test_guided_trajectory_shows_what_divide_ranked_by(trace):
@@ -128,7 +149,7 @@ def test_answer_and_padding_commits_are_drawn_apart(trace):
     assert end.x0 == trace.answer_length - 0.5                  # answer | padding
     (complete,) = shapes(fig, "answer complete")
     assert complete.y0 == trace.answer_nfe - 0.5                # under the step that committed the last answer token
-    assert f"answer complete after {trace.answer_nfe}" in fig.layout.title.text
+    assert f"answer complete after {trace.answer_nfe}" in title_of(fig)
 
 
 def test_trajectory_outlines_every_cluster_and_seed(trace):
@@ -158,14 +179,15 @@ def _with_divide_shortcut(trace: Trace) -> tuple[Trace, set]:
 def test_divide_shortcut_commits_are_drawn_apart_from_the_seeds_with_their_own_legend_entry(golden, name):
     trace, sure = _with_divide_shortcut(copy.deepcopy(golden[name]))
     k = next(p for _, p in sure)
-    for fig in (trajectory_figure(trace), cluster_figure(trace), step_view_figure(trace, k)):   # step view: grid, profile
+    # the step view: its grid and its profile
+    for fig in (trajectory_figure(trace), cluster_figure(trace), step_view_figure(trace, k)):
         (marks,) = [d for d in by_name(fig, "Divide shortcut commit") if d.showlegend is not False]
         assert marks.marker.symbol == "diamond" and marks.marker.color != by_name(fig, "seed")[0].marker.color
     for fig in (trajectory_figure(trace), cluster_figure(trace)):
         (marks,), (seed,) = by_name(fig, "Divide shortcut commit"), by_name(fig, "seed")
         assert set(zip(marks.x.tolist(), marks.y.tolist())) == sure
         assert not sure & set(zip(seed.x.tolist(), seed.y.tolist()))
-    assert "above the shortcut" in step_view_figure(trace, k).layout.title.text
+    assert "above the shortcut" in title_of(step_view_figure(trace, k))
     assert not by_name(trajectory_figure(golden[name]), "Divide shortcut commit")       # none without the setting
 
 
@@ -188,7 +210,11 @@ def test_cluster_figure_lines_up_with_the_trajectory(trace):
     for key in ("range",):
         assert tuple(traj.layout.xaxis[key]) == tuple(clusters.layout.xaxis[key]) == (-0.5, trace.gen_length - 0.5)
         assert tuple(traj.layout.yaxis[key]) == tuple(clusters.layout.yaxis[key])
-    assert traj.layout.margin == clusters.layout.margin and traj.layout.height == clusters.layout.height
+    def plot_px(fig):
+        return fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+
+    assert (traj.layout.margin.l, traj.layout.margin.r) == (clusters.layout.margin.l, clusters.layout.margin.r)
+    assert plot_px(traj) == plot_px(clusters)
     outlines = [d for d in clusters.data if d.name.startswith("clusters")]
     assert sum(len(segments(d.x)) for d in outlines) == sum(len(s.clusters) for s in trace.steps)
     for d in outlines:
@@ -264,7 +290,7 @@ def test_phase_bars_split_answer_from_padding(trace):
     for d in bars:
         assert d.marker.color == PHASE_COLORS[d.name.split()[0]]
         assert bool(d.marker.pattern.shape) == d.name.endswith("padding")    # hatched padding
-    assert f"answer complete after {trace.answer_nfe} steps" in fig.layout.title.text
+    assert f"answer complete after {trace.answer_nfe} steps" in title_of(fig)
 
 
 # ---------------------------------------------------------------------------------------- attention
@@ -288,7 +314,7 @@ def test_attention_keys_line_up_with_positions_and_empty_stages_say_so(golden, n
         assert axis.ticktext[0] == "prompt" and axis.tickvals[0] == -1
     assert len(notes) == sum(not steps for steps in trace.attention.steps)
     assert all("no step ran" in a.text for a in notes)
-    assert fig.layout.coloraxis.cmin == 0 and "1/3" in fig.layout.title.text
+    assert fig.layout.coloraxis.cmin == 0 and "1/3" in title_of(fig)
 
 
 def test_a_stage_no_step_ran_in_says_so(golden):
@@ -344,7 +370,7 @@ def test_stopped_run_keeps_its_masks(runs):
     trace.set_answer(trace.answer_length)
     assert comparison_figure([trace]).data[0].y[-1] > 0
     assert not by_name(comparison_figure([trace]), "DiCo: answer complete")     # it never was
-    assert "stopped" in trajectory_figure(trace).layout.title.text
+    assert "stopped" in title_of(trajectory_figure(trace))
     assert not shapes(trajectory_figure(trace), "answer complete")
     assert "_" in step_text(trace, 2)
     step_view_figure(trace, 2).to_json()
@@ -400,7 +426,7 @@ def test_step_view_colours_commits_shades_masks_and_boxes_this_step(trace):
     assert sum(len(segments(d.x)) for d in answer) == len(trace.answer_commits(step))
     assert sum(len(segments(d.x)) for d in padding) == len(trace.padding_commits(step))
     assert all(d.line.color != OKABE_ITO["vermillion"] for d in padding)
-    assert step.phase in fig.layout.title.text and f"{len(step.committed)} committed" in fig.layout.title.text
+    assert step.phase in title_of(fig) and f"{len(step.committed)} committed" in title_of(fig)
     if step.clusters:
         cols = int(fig.layout.xaxis.range[1] + 0.5)
         pieces = sum(b // cols - a // cols + 1 for a, b in step.clusters)
@@ -434,7 +460,7 @@ def test_step_view_of_a_divide_step_plots_its_guidance(golden, name):
 def test_stream_figure_is_the_latest_step_without_the_profile(golden):
     trace = golden["word0-dico-non-ar"]
     fig = stream_figure(trace)
-    assert fig.layout.title.text.startswith(f"After step {len(trace.steps) - 1} ")
+    assert title_of(fig).startswith(f"After step {len(trace.steps) - 1} ")
     assert "xaxis2" not in fig.layout.to_plotly_json() and not by_name(fig, "guidance w")
     assert fig.layout.height < step_view_figure(trace, len(trace.steps) - 1).layout.height
 
@@ -545,3 +571,101 @@ def test_drawn_in_a_browser_the_clusters_line_up_with_the_trajectory_and_the_too
         if name == "trajectory":
             assert not overlap(page.locator(".modebar").bounding_box(), page.locator(".cbtitle").bounding_box())
     assert frames["trajectory"] == frames["clusters"]
+
+
+# ---------------------------------------------------------------------------------------- revision (re-masks)
+
+def revising_trace() -> Trace:
+    """Four positions, four steps, built by hand as a revising rule records them (take-backs after the step's
+    commits): step 1 commits 'cat' at 2 and takes back 'big' at 1 (committed at step 0); step 2 commits 'small'
+    at 1 and 'dog' at 2 and takes 'dog' back in the same step; step 3 commits 'cat' at 2 and '.' at 3."""
+    from dico.trace import Step
+    vocab = {"1": " a", "2": " big", "3": " cat", "4": " small", "5": ".", "6": " dog"}
+
+    def step(i, committed, tokens, remasked=()):
+        return Step(index=i, phase="vanilla", window=[0, 4], committed=committed, tokens=tokens,
+                    confidence=[0.9, 0.5, 0.6, 0.7], prediction=[1, 4, 3, 5], remasked=list(remasked))
+
+    steps = [step(0, [0, 1], [1, 2]), step(1, [2], [3], remasked=[1]), step(2, [1, 2], [4, 6], remasked=[2]),
+             step(3, [2, 3], [3, 5])]
+    trace = Trace(model="hand", method="wino", mode="non-ar", settings={}, prompt="p", prompt_length=1,
+                  gen_length=4, block_length=None, text=" a small cat.", nfe=4, vocab=vocab, steps=steps,
+                  label="WINO", answer_length=4)
+    trace.answer_nfe = 4
+    return trace
+
+
+def test_a_revising_step_is_drawn_where_it_took_tokens_back():
+    trace = revising_trace()
+    fig = trajectory_figure(trace)
+    (marks,) = [d for d in fig.data if d.name == "taken back (re-masked)"]
+    assert list(marks.x) == [1, 2] and list(marks.y) == [1, 2]          # position, step of each take-back
+    assert [str(t).strip() for t in marks.text] == ["big", "dog"]
+    assert list(marks.customdata) == [0, 2]                             # the step that had committed it
+    answer = by_name(fig, "answer commit")[0]                           # the commits that stand at the end
+    assert sorted(zip(answer.x, answer.y)) == [(0, 0), (1, 2), (2, 3), (3, 3)]
+
+
+def test_the_step_view_strikes_through_what_a_step_took_back():
+    trace = revising_trace()
+    fig = step_view_figure(trace, 1)
+    text = by_name(fig, "tokens")[0]
+    assert [t.strip() for t in text.text] == ["a", "<s> big</s>", "cat", "▢"]
+    assert text.textfont.color[1] == OKABE_ITO["purple"]
+    assert by_name(fig, "taken back (re-masked) at step 1")
+    assert "1 taken back" in title_of(fig) and "2 of 4 still masked" in title_of(fig)
+    assert step_text(trace, 1) == " a_ cat_" and step_text(trace, 2) == " a small__"
+    assert [t.strip() for t in by_name(step_view_figure(trace, 3), "tokens")[0].text] == ["a", "small", "cat", "."]
+
+
+def test_phase_bars_count_the_revised_tokens_of_each_step():
+    fig = phase_figure(revising_trace())
+    (revised,) = [d for d in fig.data if d.name.startswith("revised")]
+    assert list(revised.x) == [0, 1, 2, 3] and list(revised.y) == [0, -1, -1, 0]
+    assert fig.layout.barmode == "relative" and "taken back" in title_of(fig)
+
+
+def test_the_streamed_race_strikes_through_a_taken_back_token():
+    from dico_ui import render
+    html = render.response_html(revising_trace(), 1)
+    assert '<span class="tok revised"' in html and "<s>big</s>" in html and html.count("▢") == 2
+    assert "<s>" not in render.response_html(revising_trace(), 3)
+    assert "took back 1" in render.step_html(revising_trace(), 2)
+
+
+def test_step_axes_tick_whole_steps_only(runs):
+    trace = runs[2]
+    trace.steps, trace.nfe, trace.stopped = trace.steps[:2], 2, True
+    for axis in (trajectory_figure(trace).layout.yaxis, phase_figure(trace).layout.xaxis):
+        assert axis.tick0 == 0 and axis.dtick == 1 and axis.tickformat == "d"
+    assert trajectory_figure(runs[1]).layout.yaxis.dtick == 10                    # 96 Vanilla steps
+
+
+def test_the_step_view_profile_says_what_its_axis_is(golden):
+    fig = step_view_figure(golden["word0-dico-non-ar"], 0)
+    assert fig.layout.yaxis2.title.text == "confidence at step 0"
+
+
+def test_semi_ar_lines_are_named_in_the_legend(golden):
+    fig = trajectory_figure(golden["word0-dico-semi-ar"])
+    names = {d.name for d in fig.data if d.showlegend is not False}
+    assert {"block boundary (semi-AR)", "answer end │ padding"} <= names
+    dashes = {d.name: d.line.dash for d in fig.data if d.name in names and getattr(d, "mode", "") == "lines"}
+    assert dashes["block boundary (semi-AR)"] == "dash" and dashes["answer end │ padding"] == "dot"
+
+
+def test_titles_are_wrapped_to_fit_a_phone(trace):
+    for fig in (trajectory_figure(trace), phase_figure(trace), cluster_figure(trace), step_view_figure(trace, 0)):
+        for line in fig.layout.title.text.split("<br>"):
+            assert len(re.sub(r"</?sup>", "", line)) <= 64, line
+        assert not fig.data or fig.layout.margin.t >= 34 + 20 * fig.layout.title.text.count("<br>")
+
+
+def test_the_benchmark_reads_on_a_log_axis_with_one_x_title():
+    rows = [dict(method=m, mode="non-ar", task=t, accuracy=0.9, nfe_mean=n) for t in ("word", "list", "pick", "team")
+            for m, n in (("vanilla", 96.0), ("dico", 9.0))]
+    fig = accuracy_nfe_figure(rows)
+    axes = [fig.layout[f"xaxis{i + 1 if i else ''}"] for i in range(4)]
+    assert all(a.type == "log" and not a.title.text for a in axes)             # 9 and 96 passes both get room
+    assert [a.text for a in fig.layout.annotations].count("mean NFE (log scale; fewer is faster)") == 1
+    assert len({tuple(a.domain) for a in axes}) == 2                             # two panels across, two down

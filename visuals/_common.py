@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from dico.settings import METHOD_LABELS
 from dico.trace import PHASES, Trace
+from visuals._titles import TOOLBAR_PX, int_ticks, subtitle, titled, wrap  # noqa: F401  (shared by every figure)
 
 # Okabe & Ito's colour-blind-safe palette (with its grey). Vermillion always means "committed in the answer";
 # end-of-text padding commits are hollow grey: most of the parallelism is padding (issue 14), and it must show.
@@ -24,6 +25,10 @@ METHOD_COLORS = {"vanilla": OKABE_ITO["grey"], "topk": OKABE_ITO["purple"], "fas
                  "fast-factor": OKABE_ITO["black"], "dico": OKABE_ITO["blue"]}
 METHOD_NAMES = METHOD_LABELS            # kept for old imports; the labels are declared once, in dico.settings
 COMMIT_COLOR, SEED_COLOR, CLUSTER_COLOR = OKABE_ITO["vermillion"], OKABE_ITO["yellow"], OKABE_ITO["black"]
+# A token taken back to the mask by a revising rule (``Step.remasked``): reddish purple, the one colour no commit,
+# seed, phase or cluster uses for anything else.
+REVISED_COLOR, REVISED = OKABE_ITO["purple"], "taken back (re-masked)"
+REVISED_MARKER = dict(symbol="x-thin-open", size=9, color=REVISED_COLOR, line=dict(color=REVISED_COLOR, width=2))
 # A Divide step's commits above the shortcut (the Divide shortcut setting): beside the seeds, not seeds themselves.
 SHORTCUT = "Divide shortcut commit"
 SHORTCUT_MARKER = dict(symbol="diamond", size=8, color=OKABE_ITO["green"], line=dict(color="black", width=1))
@@ -43,7 +48,7 @@ CONFIDENCE_AXIS = dict(colorscale="Viridis", cmin=0.0, cmax=1.0, colorbar=COLORB
 # line up when stacked on a page.
 LEGEND_BELOW = dict(orientation="h", x=0, xanchor="left", yref="container", y=0.0, yanchor="bottom")
 UNDER_COLORBAR = LEGEND_BELOW           # the old name
-FRAME = dict(l=80, r=110, t=130, b=120)
+FRAME = dict(l=80, r=110, b=120)       # the top margin follows the title (``titled``)
 MASK = "▢"
 # A small template of our own: plotly's named templates cost ~25 ms per figure and ~7 kB of JSON each.
 _AXIS = dict(showgrid=True, gridcolor="#e8e8e8", zeroline=False, linecolor="#444444", ticks="outside", automargin=True)
@@ -52,7 +57,7 @@ TEMPLATE = dict(layout=dict(font=dict(size=13), paper_bgcolor="white", plot_bgco
                             hoverlabel=dict(align="left"),
                             # below the band plotly's toolbar floats in
                             title=dict(x=0.02, xanchor="left", yref="container", y=1.0, yanchor="top",
-                                       pad=dict(t=38))))
+                                       pad=dict(t=TOOLBAR_PX), font=dict(size=15))))
 
 
 def method_id(name: str) -> str:
@@ -131,11 +136,21 @@ def check_confidence(confidence: str) -> str:
     return confidence
 
 
+def remasked(step) -> list[int]:
+    """Positions a step took back to the mask after its commits (revising rules); [] for older traces."""
+    return list(getattr(step, "remasked", None) or [])
+
+
+def revises(trace: Trace) -> bool:
+    return any(remasked(s) for s in trace.steps)
+
+
 class Grid:
     """One trace as arrays; row r is ``trace.steps[r]``, column j is response position j.
 
-    The step x position matrices (``conf``, ``pred``, ``guided``) are built on first use: summaries never pay
-    for them.
+    ``commit_row`` and ``token`` are each position's last commit that stands at the end (a position taken back
+    and never committed again: -1); ``state(k)`` gives them as they stood after step k. The step x position
+    matrices (``conf``, ``pred``, ``guided``) are built on first use: summaries never pay for them.
     """
 
     def __init__(self, trace: Trace):
@@ -143,15 +158,36 @@ class Grid:
         self.steps = np.array([s.index for s in steps], dtype=int)        # (S,) the y coordinate in every figure
         self.phases = np.array([s.phase for s in steps], dtype=str)       # (S,)
         self.counts = np.array([len(s.committed) for s in steps], dtype=int)   # (S,) tokens committed per step
-        positions = np.array([p for s in steps for p in s.committed], dtype=int)
-        self.commit_row = np.full(n, -1)                                   # (N,) row that committed it, -1: never
-        self.commit_row[positions] = np.repeat(np.arange(len(steps)), self.counts)
-        self.token = np.full(n, -1)                                        # (N,) committed token id, -1: never
-        self.token[positions] = [t for s in steps for t in s.tokens]
+        self.revised = np.array([len(remasked(s)) for s in steps], dtype=int)  # (S,) tokens taken back per step
+        self.commit_row, self.token = self.state(len(steps) - 1)          # (N,) row, token id; -1: not standing
         self.answer = np.arange(n) < trace.answer_length                   # (N,) inside the answer
         rows = self.commit_row[self.answer & (self.commit_row >= 0)]
         self.answer_counts = np.bincount(rows, minlength=len(steps))[:len(steps)]   # (S,) answer commits per step
         self.answer_complete = bool(len(steps)) and bool((self.commit_row[self.answer] >= 0).all())
+
+    def state(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(row that committed it, token id) of every position after row k; -1 where masked then."""
+        n, steps = self.trace.gen_length, self.trace.steps[:k + 1]
+        row, token = np.full(n, -1), np.full(n, -1)
+        if not any(remasked(s) for s in steps):        # no revision: one vectorised write
+            counts = np.array([len(s.committed) for s in steps], dtype=int)
+            positions = np.array([p for s in steps for p in s.committed], dtype=int)
+            row[positions] = np.repeat(np.arange(len(steps)), counts)
+            token[positions] = [t for s in steps for t in s.tokens]
+            return row, token
+        for r, s in enumerate(steps):                    # commits first, then the step's take-backs
+            row[s.committed], token[s.committed] = r, s.tokens
+            row[remasked(s)], token[remasked(s)] = -1, -1
+        return row, token
+
+    def taken_back(self) -> list[tuple[int, int, int, int]]:
+        """Every take-back as (row taken back at, position, token id taken back, row that had committed it)."""
+        row, token, out = np.full(self.trace.gen_length, -1), np.full(self.trace.gen_length, -1), []
+        for r, s in enumerate(self.trace.steps):
+            row[s.committed], token[s.committed] = r, s.tokens
+            out += [(r, p, int(token[p]), int(row[p])) for p in remasked(s)]
+            row[remasked(s)], token[remasked(s)] = -1, -1
+        return out
 
     @cached_property
     def conf(self) -> np.ndarray:
@@ -338,7 +374,3 @@ def axis_ids(i: int, shared_y: bool = True) -> dict:
     """The axes of panel i (0-based) in a ``panel_row`` layout."""
     suffix = i + 1 if i else ""
     return dict(xaxis=f"x{suffix}", yaxis="y" if shared_y else f"y{suffix}")
-
-
-def subtitle(title: str, note: str) -> str:
-    return f"{title}<br><sup>{note}</sup>"

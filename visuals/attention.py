@@ -5,8 +5,18 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dico.trace import Trace
-from visuals._common import (COLORBAR, TEMPLATE, answer_end_line, axis_ids, block_lines, notice, panel_row, ranges,
-                             run_name, subtitle)
+from visuals._common import (
+    COLORBAR,
+    TEMPLATE,
+    answer_end_line,
+    axis_ids,
+    block_lines,
+    notice,
+    panel_row,
+    ranges,
+    run_name,
+    subtitle,
+)
 
 EMPTY_STAGE = "no step ran in this stage:<br>one step took the run<br>past it"
 
@@ -39,7 +49,8 @@ def attention_figure(trace: Trace, percentile: float = 99.0) -> go.Figure:
     att = trace.attention
     if att is None:
         return notice("Attention was not captured for this run; enable capture (\"capture attention\") and run "
-                      "again.<br>Every model kind supports it (LLaDA and Dream through recomputing hooks).", "Attention of masked positions")
+                      "again.<br>Every model kind supports it (LLaDA and Dream through recomputing hooks).",
+                      "Attention of masked positions")
     n, mats = trace.gen_length, _matrices(trace)
     stack = np.stack(mats)
     values, keys = stack[np.isfinite(stack)], stack[:, :, 1:][np.isfinite(stack[:, :, 1:])]

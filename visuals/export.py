@@ -42,7 +42,8 @@ def save(fig: go.Figure, path, width: int = WIDTH) -> str:
         import kaleido  # noqa: F401  (plotly's image engine, when installed)
     except ImportError:
         if path.suffix != ".png":
-            raise ValueError(f"out: {path.suffix} needs kaleido (pip install kaleido); .png or .html work without it")
+            raise ValueError(f"out: {path.suffix} needs kaleido (pip install kaleido); .png or .html work without it") \
+                from None
         return _screenshot(fig, path, width, height)
     fig.write_image(path, width=width, height=height)
     return "kaleido"

@@ -9,12 +9,35 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dico.trace import Trace
-from visuals._common import (ANSWER_COLOR, BLOCK_COLOR, CLUSTER_COLOR, COLORBAR, CONFIDENCE_AXIS, LEGEND_BELOW, MASK,
-                             OKABE_ITO, PADDING_COLOR, SEED_COLOR, SHORTCUT, SHORTCUT_MARKER, TEMPLATE, Grid,
-                             answer_end_line, block_edges, block_lines, boxes, check_confidence, labels, subtitle)
+from visuals._common import (
+    ANSWER_COLOR,
+    BLOCK_COLOR,
+    CLUSTER_COLOR,
+    COLORBAR,
+    CONFIDENCE_AXIS,
+    LEGEND_BELOW,
+    MASK,
+    OKABE_ITO,
+    PADDING_COLOR,
+    REVISED,
+    REVISED_COLOR,
+    SEED_COLOR,
+    SHORTCUT,
+    SHORTCUT_MARKER,
+    TEMPLATE,
+    Grid,
+    answer_end_line,
+    block_edges,
+    block_lines,
+    boxes,
+    check_confidence,
+    labels,
+    remasked,
+    titled,
+)
 
 SEED_MARKER = dict(symbol="star", size=10, color=SEED_COLOR, line=dict(color="black", width=1))
-ROW_PX, PROFILE_PX, GAP_PX, TOP_PX, BOTTOM_PX = 30, 210, 80, 130, 140
+ROW_PX, PROFILE_PX, GAP_PX, BOTTOM_PX = 30, 210, 80, 140
 
 
 def _check_step(trace: Trace, k) -> int:
@@ -27,10 +50,8 @@ def _check_step(trace: Trace, k) -> int:
 
 def step_text(trace: Trace, k: int) -> str:
     """The response as it stood after step k, masked positions written as '_'."""
-    k = _check_step(trace, k)
-    g = Grid(trace)
-    done = (g.commit_row >= 0) & (g.commit_row <= k)
-    return "".join(trace.token_text(int(t)) if d else "_" for t, d in zip(g.token, done))
+    row, token = Grid(trace).state(_check_step(trace, k))
+    return "".join(trace.token_text(int(t)) if r >= 0 else "_" for t, r in zip(token, row))
 
 
 def _wrapped(spans: list[list[int]], cols: int) -> np.ndarray:
@@ -63,89 +84,133 @@ def default_cols(trace: Trace) -> int:
     return cols
 
 
-def step_view_figure(trace: Trace, k: int, cols: int | None = None, confidence: str = "raw",
-                     profile: bool = True) -> go.Figure:
-    """The response after step k: committed tokens coloured by the confidence they were committed at, still-masked
-    positions shaded faintly by the score step k saw (raw, or ``confidence="guided"``), step k's commits boxed
-    (vermillion: answer, grey dashed: padding). With ``profile``, a panel below plots step k's confidence along the
-    response, and on a Divide step its trajectory guidance and the guided confidence seeds were ranked by.
-    """
-    k, confidence = _check_step(trace, k), check_confidence(confidence)
-    g, step, n = Grid(trace), trace.steps[k], trace.gen_length
-    cols = cols or default_cols(trace)
-    nrows = -(-n // cols)
-    done = (g.commit_row >= 0) & (g.commit_row <= k)
+def _standing(trace: Trace, g: Grid, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """After step k: which positions stand committed, their token ids, the row that committed each and the confidence
+    it was committed at (a revising rule may have taken earlier commits back)."""
+    row, token = g.state(k)
+    done = row >= 0
+    conf = np.full(trace.gen_length, np.nan)
+    conf[done] = g.conf[row[done], np.flatnonzero(done)]
+    return done, token, row, conf
+
+
+def _text_layers(trace: Trace, g: Grid, k: int, cols: int, confidence: str) -> list[dict]:
+    """The text grid: committed cells coloured by commit confidence, masked ones shaded faintly by step k's score,
+    the tokens (or the mask symbol) written on them; a token step k took back is shown struck through."""
+    n, nrows = trace.gen_length, -(-trace.gen_length // cols)
+    done, token, row, conf = _standing(trace, g, k)
     scores = g.scores(confidence)[k]
-    conf = np.where(done, g.commit_conf, np.nan)
     grid_cells = lambda v: np.concatenate([v, np.full(nrows * cols - n, np.nan)]).reshape(nrows, cols)  # noqa: E731
     pos = np.arange(n)
-    x, y = pos % cols, pos // cols
-    text = np.where(done, labels(trace, g.token, width=8 if cols <= 16 else 6), MASK)
+    text = np.where(done, labels(trace, token, width=8 if cols <= 16 else 6), MASK)
+    back = {p: t for r, p, t, _ in g.taken_back() if r == k}
+    if back:
+        struck = labels(trace, np.array(list(back.values())), width=8 if cols <= 16 else 6)
+        text = text.astype(object)
+        text[list(back)] = [f"<s>{word}</s>" for word in struck]
     part = np.where(g.answer, "answer", "padding")
-    status = np.where(done, "committed at step " + g.commit_row.astype(str) + " (" + part + "), confidence "
-                      + np.char.mod("%.3f", np.nan_to_num(conf)),
+    status = np.where(done, "committed at step " + g.steps[np.maximum(row, 0)].astype(str) + " (" + part
+                      + "), confidence " + np.char.mod("%.3f", np.nan_to_num(conf)),
                       f"still masked, {'confidence' if confidence == 'raw' else 'score'} at step {k} "
                       + np.char.mod("%.3f", np.nan_to_num(scores)))
     ink = np.where(~done, "#555555", np.where(conf < 0.6, "white", "black"))   # readable on Viridis
-    data = [dict(type="heatmap", z=grid_cells(conf), coloraxis="coloraxis", hoverinfo="skip", xgap=1, ygap=1,
+    if back:
+        status = status.astype(object)
+        status[list(back)] = [f"{REVISED} at step {k}" for _ in back]
+        ink[list(back)] = REVISED_COLOR
+    return [dict(type="heatmap", z=grid_cells(conf), coloraxis="coloraxis", hoverinfo="skip", xgap=1, ygap=1,
                  name="committed"),
             dict(type="heatmap", z=grid_cells(np.where(done, np.nan, scores)), coloraxis="coloraxis", opacity=0.35,
                  hoverinfo="skip", xgap=1, ygap=1, name="still masked"),
-            dict(type="scatter", x=x, y=y, mode="text", name="tokens", text=text, textfont=dict(color=ink, size=11),
-                 showlegend=False, customdata=status,
+            dict(type="scatter", x=pos % cols, y=pos // cols, mode="text", name="tokens", text=text.astype(str),
+                 textfont=dict(color=ink, size=11), showlegend=False, customdata=status.astype(str),
                  hovertemplate="position %{pointNumber}: %{customdata}<extra></extra>")]
-    now = np.flatnonzero(g.commit_row == k)
-    for name, sel, line in ((f"committed at step {k}", g.answer[now], dict(color=ANSWER_COLOR, width=3)),
-                            (f"padding committed at step {k}", ~g.answer[now],
-                             dict(color=PADDING_COLOR, width=2, dash="dash"))):
-        if sel.any():
-            p = now[sel]
+
+
+def _step_boxes(trace: Trace, g: Grid, k: int, cols: int) -> list[dict]:
+    """Outlines of step k's commits (vermillion: answer, grey dashed: padding), its take-backs (purple), its
+    clusters, and stars on its seeds and Divide shortcut commits."""
+    step, data = trace.steps[k], []
+    now = np.array(step.committed, dtype=int)
+    back = np.array(remasked(step), dtype=int)
+    for name, p, line in ((f"committed at step {k}", now[g.answer[now]], dict(color=ANSWER_COLOR, width=3)),
+                          (f"padding committed at step {k}", now[~g.answer[now]],
+                           dict(color=PADDING_COLOR, width=2, dash="dash")),
+                          (f"{REVISED} at step {k}", back, dict(color=REVISED_COLOR, width=2.5, dash="dot"))):
+        if len(p):
             bx, by = boxes(np.stack([p // cols, p % cols, p % cols], 1), half=0.42)
             data.append(dict(type="scatter", x=bx, y=by, mode="lines", line=line, hoverinfo="skip", name=name))
     if step.clusters:
         bx, by = boxes(_wrapped(step.clusters, cols), half=0.5)
         data.append(dict(type="scatter", x=bx, y=by, mode="lines", hoverinfo="skip", name="cluster",
                          line=dict(color=CLUSTER_COLOR, width=1.5, dash="dot")))
-    if step.seeds:
-        seeds = np.array(step.seeds)
-        data.append(dict(type="scatter", x=seeds % cols + 0.36, y=seeds // cols - 0.3, mode="markers", name="seed",
-                         marker=SEED_MARKER, hoverinfo="skip"))
-    if step.shortcut:
-        sure = np.array(step.shortcut)
-        data.append(dict(type="scatter", x=sure % cols + 0.36, y=sure // cols - 0.3, mode="markers", name=SHORTCUT,
-                         marker=SHORTCUT_MARKER, hoverinfo="skip"))
+    for name, at, marker in (("seed", step.seeds, SEED_MARKER), (SHORTCUT, step.shortcut, SHORTCUT_MARKER)):
+        if at:
+            at = np.array(at)
+            data.append(dict(type="scatter", x=at % cols + 0.36, y=at // cols - 0.3, mode="markers", name=name,
+                             marker=marker, hoverinfo="skip"))
+    return data
+
+
+def _edges(trace: Trace, cols: int) -> list[dict]:
+    n, data = trace.gen_length, []
     for name, at, line in (("block boundary", block_edges(trace), dict(color=BLOCK_COLOR, width=2, dash="dash")),
                            ("answer end", [trace.answer_length] if 0 < trace.answer_length < n else [],
                             dict(color=ANSWER_COLOR, width=2, dash="dot"))):
         if len(at):
             ex, ey = _edge(at, cols)
             data.append(dict(type="scatter", x=ex, y=ey, mode="lines", line=line, hoverinfo="skip", name=name))
+    return data
+
+
+def _title(trace: Trace, g: Grid, k: int, confidence: str) -> tuple[str, str]:
+    step, n = trace.steps[k], trace.gen_length
+    done = _standing(trace, g, k)[0]
+    now = np.array(step.committed, dtype=int)
+    answer_now, back = int(g.answer[now].sum()), len(remasked(step))
     clusters = ", ".join(f"[{a}, {b}]" for a, b in step.clusters[:8]) + (" …" if len(step.clusters) > 8 else "")
     seeds = ", ".join(map(str, step.seeds[:12])) + (" …" if len(step.seeds) > 12 else "")
     if step.shortcut:
         seeds += f" (+ {len(step.shortcut)} above the shortcut)"
-    answer_now = int(g.answer[now].sum())
-    note = (f"seeds: {seeds or 'none'} · clusters: {clusters or 'none'}.<br>Colour: confidence when committed; "
-            f"{MASK}: still masked, shaded by its {'confidence' if confidence == 'raw' else 'score'} at step {k}.")
+    title = (f"After step {k} ({step.phase}): {len(now)} committed ({answer_now} answer, {len(now) - answer_now} "
+             f"padding)" + (f", {back} taken back" if back else "") + f", {int((~done).sum())} of {n} still masked")
+    note = (f"seeds: {seeds or 'none'} · clusters: {clusters or 'none'}. Colour: confidence when committed; "
+            f"{MASK}: still masked, shaded by its {'confidence' if confidence == 'raw' else 'score'} at step {k}."
+            + (" Struck through: a token taken back to the mask at this step." if back else ""))
+    return title, note
+
+
+def step_view_figure(trace: Trace, k: int, cols: int | None = None, confidence: str = "raw",
+                     profile: bool = True) -> go.Figure:
+    """The response after step k: committed tokens coloured by the confidence they were committed at, still-masked
+    positions shaded faintly by the score step k saw (raw, or ``confidence="guided"``), step k's commits boxed
+    (vermillion: answer, grey dashed: padding) and its take-backs (a revising rule's re-masks) struck through in
+    purple. With ``profile``, a panel below plots step k's confidence along the response, and on a Divide step
+    its trajectory guidance and the guided confidence seeds were ranked by.
+    """
+    k, confidence = _check_step(trace, k), check_confidence(confidence)
+    g, n = Grid(trace), trace.gen_length
+    cols = cols or default_cols(trace)
+    nrows = -(-n // cols)
+    data = _text_layers(trace, g, k, cols, confidence) + _step_boxes(trace, g, k, cols) + _edges(trace, cols)
     grid_px = ROW_PX * nrows + 40
-    height = TOP_PX + BOTTOM_PX + grid_px + (GAP_PX + PROFILE_PX if profile else 0)
-    plot = height - TOP_PX - BOTTOM_PX
+    plot = grid_px + (GAP_PX + PROFILE_PX if profile else 0)
+    head = titled(*_title(trace, g, k, confidence), b=BOTTOM_PX, r=110)
     layout = dict(
-        title=subtitle(f"After step {k} ({step.phase}): {len(now)} committed ({answer_now} answer, "
-                       f"{len(now) - answer_now} padding), {int((~done).sum())} of {n} still masked", note),
-        coloraxis={**CONFIDENCE_AXIS, "colorbar": {**COLORBAR, "y": 1 - grid_px / plot,      # beside the text grid
-                                                    "len": COLORBAR["len"] * grid_px / plot}},
+        head, coloraxis={**CONFIDENCE_AXIS, "colorbar": {**COLORBAR, "y": 1 - grid_px / plot,      # beside the grid
+                                                          "len": COLORBAR["len"] * grid_px / plot}},
         xaxis=dict(title="offset in row", range=[-0.5, cols - 0.5], showgrid=False, zeroline=False, dtick=1),
         yaxis=dict(title="row start", range=[nrows - 0.5, -0.5], showgrid=False, zeroline=False,
                    tickvals=list(range(nrows)), ticktext=[str(r * cols) for r in range(nrows)],
                    domain=[1 - grid_px / plot, 1]),
         # at least 320 px: plotly.js leaves the plot blank when the colour bar does not fit its height
-        template=TEMPLATE, height=max(320, height), legend=LEGEND_BELOW, margin=dict(t=TOP_PX, b=BOTTOM_PX, r=110))
+        template=TEMPLATE, height=max(320, plot + head["margin"]["t"] + BOTTOM_PX), legend=LEGEND_BELOW)
     if profile:
         data += _profile(trace, g, k)
         layout.update(xaxis2=dict(title="response position", range=[-0.5, n - 0.5], anchor="y2", showgrid=False),
-                      yaxis2=dict(title=f"step {k}", range=[0, 1.05], anchor="x2", domain=[0, PROFILE_PX / plot]),
-                      shapes=_profile_shapes(trace, step))
+                      yaxis2=dict(title=f"confidence at step {k}", range=[0, 1.05], anchor="x2",
+                                  domain=[0, PROFILE_PX / plot]),
+                      shapes=_profile_shapes(trace, trace.steps[k]))
     return go.Figure(data, layout)
 
 

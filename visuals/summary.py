@@ -9,8 +9,23 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dico.trace import Trace
-from visuals._common import (BLOCK_COLOR, LEGEND_BELOW, PHASE_COLORS, REFRESH_COLOR, TEMPLATE, Grid, cache_kind,
-                             notice, refresh_steps, run_colors, run_name, subtitle)
+from visuals._common import (
+    BLOCK_COLOR,
+    LEGEND_BELOW,
+    PHASE_COLORS,
+    REFRESH_COLOR,
+    REVISED,
+    REVISED_COLOR,
+    TEMPLATE,
+    Grid,
+    cache_kind,
+    int_ticks,
+    notice,
+    refresh_steps,
+    run_colors,
+    run_name,
+    titled,
+)
 
 STEP_X = dict(title="step (one forward pass each)", showgrid=False)
 PADDING_PATTERN = dict(shape="/", fgcolor="#555555", size=6, solidity=0.3)
@@ -20,13 +35,8 @@ def _per_step(numerator: int, steps: int) -> float:
     return round(numerator / steps, 2) if steps > 0 else 0.0
 
 
-def phase_figure(trace: Trace) -> go.Figure:
-    """Which phase each step was in, and how many answer and padding tokens it committed: where the parallelism
-    comes from. Padding bars are hatched; in semi-AR a dashed line marks the step each block starts."""
-    if not trace.steps:
-        return notice("This run has no steps yet.", run_name(trace))
-    g = Grid(trace)
-    decoded = np.round(100 * np.array([s.unmasked_fraction for s in trace.steps]), 1)
+def _phase_bars(g: Grid, decoded: np.ndarray) -> list[dict]:
+    """Per phase: the band on top, its answer commits (solid) and its padding commits (hatched)."""
     data = []
     for phase, color in PHASE_COLORS.items():
         rows = np.flatnonzero(g.phases == phase)
@@ -45,32 +55,62 @@ def phase_figure(trace: Trace) -> go.Figure:
                                        "<extra></extra>"))
     data.append(dict(type="bar", x=[None], y=[None], yaxis="y2", name="padding (hatched)", legendgroup="padding",
                      marker=dict(color="white", line=dict(color="#555555", width=1), pattern=PADDING_PATTERN)))
-    refreshed = refresh_steps(trace)
-    if refreshed:
-        data.append(dict(type="scatter", x=refreshed, y=[0.5] * len(refreshed), yaxis="y", mode="markers",
-                         name="cache refresh", marker=dict(symbol="diamond", size=9, color=REFRESH_COLOR,
-                                                           line=dict(color="white", width=1)),
-                         hovertemplate="step %{x}: a full pass refreshed the KV cache<extra></extra>"))
+    return data
+
+
+def _revised_bars(g: Grid) -> list[dict]:
+    """Tokens a revising rule took back at each step, drawn down from zero: commits go up, take-backs go down."""
+    if not g.revised.any():
+        return []
+    return [dict(type="bar", x=g.steps, y=-g.revised, yaxis="y2", name=f"revised: {REVISED}",
+                 marker=dict(color=REVISED_COLOR, line_width=0), customdata=g.revised,
+                 hovertemplate="step %{x}: %{customdata} token(s) taken back to the mask<extra></extra>")]
+
+
+def _phase_shapes(trace: Trace, g: Grid) -> list[dict]:
+    """A dashed line where each semi-AR block starts and a dotted one after the step that completed the answer."""
     shapes = [dict(type="line", name="block start", x0=x - 0.5, x1=x - 0.5, y0=0, y1=1, xref="x", yref="paper",
                    line=dict(color=BLOCK_COLOR, width=1.2, dash="dash")) for x in g.steps[g.block_starts].tolist()]
     if g.answer_complete and trace.answer_nfe < trace.nfe:
         x = trace.answer_nfe - 0.5
         shapes.append(dict(type="line", name="answer complete", x0=x, x1=x, y0=0, y1=0.86, xref="x", yref="paper",
                            line=dict(color="black", width=1, dash="dot")))
+    return shapes
+
+
+def phase_figure(trace: Trace) -> go.Figure:
+    """Which phase each step was in, and how many answer and padding tokens it committed: where the parallelism
+    comes from. Padding bars are hatched; in semi-AR a dashed line marks the step each block starts; a revising
+    rule's take-backs go below zero. A method without DiCo's phases has one band, named by its rule."""
+    if not trace.steps:
+        return notice("This run has no steps yet.", run_name(trace))
+    g = Grid(trace)
+    decoded = np.round(100 * np.array([s.unmasked_fraction for s in trace.steps]), 1)
+    data = _phase_bars(g, decoded) + _revised_bars(g)
+    refreshed = refresh_steps(trace)
+    if refreshed:
+        data.append(dict(type="scatter", x=refreshed, y=[0.5] * len(refreshed), yaxis="y", mode="markers",
+                         name="cache refresh", marker=dict(symbol="diamond", size=9, color=REFRESH_COLOR,
+                                                           line=dict(color="white", width=1)),
+                         hovertemplate="step %{x}: a full pass refreshed the KV cache<extra></extra>"))
+    shapes = _phase_shapes(trace, g)
+    dico = trace.method == "dico"
     done = f"answer complete after {trace.answer_nfe} steps, " if g.answer_complete else ""
+    note = (("Top band: the phase of each step (Divide, Conquer, Finalize). " if dico else
+             "Top band: the rule of each step. ") + "Bars: tokens committed by that step, solid in the answer, "
+            "hatched in the end-of-text padding." + (" Below zero: tokens taken back to the mask." if g.revised.any()
+                                                    else "")
+            + (" Dashed: a new block starts." if len(g.block_starts) else "")
+            + (" Dotted: the answer is complete." if g.answer_complete and trace.answer_nfe < trace.nfe else "")
+            + (" ◆: a full pass refreshed the KV cache; the others computed fewer positions." if refreshed else ""))
     return go.Figure(data, dict(
-        title=subtitle(f"{run_name(trace)}: {trace.nfe} steps; {done}"
-                       f"{_per_step(g.counts.sum(), trace.nfe)} tokens per step, of which "
-                       f"{_per_step(g.answer_counts.sum(), trace.nfe)} answer",
-                       "Top band: the phase of each step. Bars: tokens committed by that step, solid in the answer, "
-                       "hatched in the end-of-text padding." + (" Dashed: a new block starts." if shapes else "")
-                       + (" ◆: a full pass refreshed the KV cache; the others computed fewer positions."
-                          if refreshed else "")),
-        xaxis=dict(STEP_X, anchor="y2", range=[-0.5, trace.nfe - 0.5]),
+        **titled(f"{run_name(trace)}: {trace.nfe} steps; {done}{_per_step(g.counts.sum(), trace.nfe)} tokens per "
+                 f"step, of which {_per_step(g.answer_counts.sum(), trace.nfe)} answer", note, plot=230, b=110),
+        xaxis=dict(STEP_X, anchor="y2", range=[-0.5, trace.nfe - 0.5], **int_ticks(trace.nfe)),
         yaxis=dict(domain=[0.9, 1.0], visible=False, range=[0, 1]),
-        yaxis2=dict(domain=[0.0, 0.86], title="tokens committed", rangemode="tozero", anchor="x"),
-        barmode="stack", bargap=0.15, template=TEMPLATE, height=440, margin=dict(t=120, b=110), shapes=shapes,
-        legend=dict(LEGEND_BELOW, title=dict(text="phase"))))
+        yaxis2=dict(domain=[0.0, 0.86], title="tokens committed", rangemode="tozero", anchor="x", tickformat="d"),
+        barmode="relative", bargap=0.15, template=TEMPLATE, shapes=shapes,
+        legend=dict(LEGEND_BELOW, title=dict(text="phase" if dico else "rule"))))
 
 
 def _masked_fraction(counts: np.ndarray, total: int) -> np.ndarray:
@@ -114,13 +154,13 @@ def comparison_figure(traces: list[Trace]) -> go.Figure:
                              hovertemplate=f"{name}<br>a new block starts at step %{{x}}<extra></extra>"))
     steps = max(len(t.steps) for t in traces)
     return go.Figure(data, dict(
-        title=subtitle("Still masked after each step: the whole response (solid) and the answer (dashed)",
-                       "★ marks the step the answer is complete (answer NFE); after it a method only fills end-of-text "
-                       "padding.<br>Every method starts fully masked (100%); lines that drop faster need fewer forward "
-                       "passes. Semi-AR: dotted, with a tick where each block starts."),
-        xaxis=dict(title="steps taken (forward passes)", range=[0, steps + 1]),
+        **titled("Still masked after each step: the whole response (solid) and the answer (dashed)",
+                 "★ marks the step the answer is complete (answer NFE); after it a method only fills end-of-text "
+                 "padding. Every method starts fully masked (100%); lines that drop faster need fewer forward "
+                 "passes. Semi-AR: dotted, with a tick where each block starts.", plot=260, b=110),
+        xaxis=dict(title="steps taken (forward passes)", range=[0, steps + 1], **int_ticks(steps + 1)),
         yaxis=dict(title="still masked", tickformat=".0%", range=[-0.03, 1.05]),
-        template=TEMPLATE, height=500, hovermode="closest", margin=dict(t=130, b=110), legend=LEGEND_BELOW))
+        template=TEMPLATE, hovermode="closest", legend=LEGEND_BELOW))
 
 
 def comparison_table(traces: list[Trace]) -> list[dict]:

@@ -8,24 +8,55 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dico.trace import Trace
-from visuals._common import (CLUSTER_COLOR, CONFIDENCE_AXIS, FRAME, LEGEND_BELOW, PADDING_COLOR, PHASE_COLORS,
-                             SEED_COLOR, SHORTCUT, SHORTCUT_HOVER, SHORTCUT_MARKER, TEMPLATE, Grid, answer_end_line,
-                             answer_end_note, axis_ids, block_lines, boxes, check_confidence, cluster_spans,
-                             commit_markers, figure, labels, notice, panel_row, refresh_ticks, run_name,
-                             seed_points, subtitle)
+from visuals._common import (
+    ANSWER_COLOR,
+    BLOCK_COLOR,
+    CLUSTER_COLOR,
+    CONFIDENCE_AXIS,
+    FRAME,
+    LEGEND_BELOW,
+    PADDING_COLOR,
+    PHASE_COLORS,
+    REVISED,
+    REVISED_MARKER,
+    SEED_COLOR,
+    SHORTCUT,
+    SHORTCUT_HOVER,
+    SHORTCUT_MARKER,
+    TEMPLATE,
+    Grid,
+    answer_end_line,
+    answer_end_note,
+    axis_ids,
+    block_edges,
+    block_lines,
+    boxes,
+    check_confidence,
+    cluster_spans,
+    commit_markers,
+    figure,
+    int_ticks,
+    labels,
+    notice,
+    panel_row,
+    refresh_ticks,
+    run_name,
+    seed_points,
+    titled,
+)
 
 STEP_AXIS = dict(title="step (one forward pass each)", autorange="reversed", showgrid=False, zeroline=False)
 POSITION_AXIS = dict(title="response position", showgrid=False, zeroline=False)
 SEED_MARKER = dict(symbol="star", size=11, color=SEED_COLOR, line=dict(color="black", width=1))
-HEIGHT = 560
+PLOT_PX = 330           # the plot area of a trajectory; the figure grows with its title
 COLOUR_NOTE = {"raw": "Colour: the model's confidence at positions still masked; blank: already decoded.",
                "guided": "Colour: what each step ranked by: guided confidence (confidence × trajectory guidance) on "
-                         "Divide steps,<br>raw confidence on the others; blank: already decoded."}
+                         "Divide steps, raw confidence on the others; blank: already decoded."}
 MARKS = "Filled vermillion: answer commits; hollow grey: end-of-text padding commits."
 
 
 def how_to_read(confidence: str) -> str:
-    return f"Each row is one step, read top to bottom. {COLOUR_NOTE[confidence]}<br>{MARKS}"
+    return f"Each row is one step, read top to bottom. {COLOUR_NOTE[confidence]} {MARKS}"
 
 
 def position_axis(trace: Trace) -> dict:
@@ -36,7 +67,7 @@ def position_axis(trace: Trace) -> dict:
 def step_axis(trace: Trace, steps: int | None = None) -> dict:
     """Step 0 at the top, as in the paper; ``steps`` rows tall (default: this run's)."""
     rows = steps if steps is not None else len(trace.steps)
-    return {**STEP_AXIS, "autorange": False, "range": [rows - 0.5, -0.5]}
+    return {**STEP_AXIS, "autorange": False, "range": [rows - 0.5, -0.5], **int_ticks(rows)}
 
 
 def answer_complete_line(trace: Trace, g: Grid, xref: str = "x domain", yref: str = "y") -> list[dict]:
@@ -83,12 +114,42 @@ def _trajectory_traces(trace: Trace, show_clusters: bool, shown: set, axes: dict
     if show_clusters and len(sure_x):
         layers.append(dict(type="scatter", x=sure_x, y=sure_y, mode="markers", marker=SHORTCUT_MARKER,
                            hovertemplate=SHORTCUT_HOVER, **legend(SHORTCUT)))
+    layers += revised_markers(trace, g, legend)
     spans = cluster_spans(trace)
     if show_clusters and len(spans):
         x, y = boxes(spans)
         layers.append(dict(type="scatter", x=x, y=y, mode="lines", line=dict(color=CLUSTER_COLOR, width=1), opacity=0.7,
                            hoverinfo="skip", **legend("clusters")))
     return layers
+
+
+def revised_markers(trace: Trace, g: Grid, legend) -> list[dict]:
+    """An × where a revising rule took a committed token back to the mask, on the row of the step that did it."""
+    back = g.taken_back()
+    if not back:
+        return []
+    rows, pos, tokens, was = (np.array(col) for col in zip(*back))
+    text = labels(trace, tokens)
+    return [dict(type="scatter", x=pos, y=g.steps[rows], mode="markers", marker=REVISED_MARKER, text=text,
+                 customdata=np.where(was >= 0, g.steps[np.maximum(was, 0)], -1),
+                 hovertemplate="took back %{text} (committed at step %{customdata}) to the mask<br>position %{x}, "
+                               "step %{y}<extra></extra>", **legend(REVISED))]
+
+
+def line_keys(trace: Trace, shown: set) -> list[dict]:
+    """Legend entries for the lines the figure draws as shapes (which have none): block boundaries (dashed),
+    the answer's end (dotted vermillion) and the step that completed the answer (dotted black)."""
+    keys = []
+    if len(block_edges(trace)):
+        keys.append(("block boundary (semi-AR)", dict(color=BLOCK_COLOR, width=1.2, dash="dash")))
+    if 0 < trace.answer_length < trace.gen_length:
+        keys.append(("answer end │ padding", dict(color=ANSWER_COLOR, width=1.5, dash="dot")))
+    if Grid(trace).answer_complete and trace.answer_nfe > 0:
+        keys.append(("answer complete (after this step)", dict(color="black", width=1, dash="dot")))
+    out = [dict(type="scatter", x=[None], y=[None], mode="lines", name=name, line=line, hoverinfo="skip")
+           for name, line in keys if name not in shown]
+    shown.update(name for name, _ in keys)
+    return out
 
 
 def _marks(trace: Trace, i: int = 0, shared_y: bool = True) -> list[dict]:
@@ -115,11 +176,13 @@ def trajectory_figure(trace: Trace, show_clusters: bool = True, confidence: str 
     check_confidence(confidence)
     if not trace.steps:
         return notice("This run has no steps yet.", run_name(trace))
-    return figure(_trajectory_traces(trace, show_clusters, set(), confidence=confidence), dict(
-        title=subtitle(f"{run_name(trace)}: {trace.nfe} steps (NFE) for {trace.gen_length} positions{_status(trace)}",
-                       how_to_read(confidence)),
+    shown: set = set()
+    data = _trajectory_traces(trace, show_clusters, shown, confidence=confidence) + line_keys(trace, shown)
+    return figure(data, dict(
+        **titled(f"{run_name(trace)}: {trace.nfe} steps (NFE) for {trace.gen_length} positions{_status(trace)}",
+                 how_to_read(confidence), plot=PLOT_PX, t=18, **FRAME),
         coloraxis=CONFIDENCE_AXIS, xaxis=position_axis(trace), yaxis=step_axis(trace), template=TEMPLATE,
-        height=HEIGHT, legend=LEGEND_BELOW, margin=FRAME, shapes=_marks(trace), annotations=answer_end_note(trace)))
+        legend=LEGEND_BELOW, shapes=_marks(trace), annotations=answer_end_note(trace)))
 
 
 def trajectories_side_by_side(traces: list[Trace], show_clusters: bool = True, shared_steps: bool = False,
@@ -148,9 +211,10 @@ def trajectories_side_by_side(traces: list[Trace], show_clusters: bool = True, s
                                         **step_axis(t, longest if shared_steps else None),
                                         "title": STEP_AXIS["title"] if not i else ""}
     shapes = [s for i, t in enumerate(traces) for s in _marks(t, i, shared_steps)]
-    return figure(data, dict(layout, title=subtitle("Decoding trajectories side by side", how_to_read(confidence)),
-                             coloraxis=CONFIDENCE_AXIS, template=TEMPLATE, height=HEIGHT, legend=LEGEND_BELOW,
-                             margin={**FRAME, "t": 150}, shapes=shapes))
+    data += [key for t in traces for key in line_keys(t, shared)]
+    return figure(data, dict(layout, **titled("Decoding trajectories side by side", how_to_read(confidence),
+                                              plot=PLOT_PX, t=48, **FRAME),
+                             coloraxis=CONFIDENCE_AXIS, template=TEMPLATE, legend=LEGEND_BELOW, shapes=shapes))
 
 
 def cluster_figure(trace: Trace) -> go.Figure:
@@ -161,8 +225,8 @@ def cluster_figure(trace: Trace) -> go.Figure:
     spans, (seed_x, seed_y) = cluster_spans(trace), seed_points(trace)
     if not len(spans) and not len(seed_x):
         if trace.method == "dico":
-            return notice("No seed reached the seed threshold in this run, so Divide formed no cluster and DiCo went straight "
-                          "to Finalize (the model was unsure everywhere).", run_name(trace))
+            return notice("No seed reached the seed threshold in this run, so Divide formed no cluster and DiCo went "
+                          "straight to Finalize (the model was unsure everywhere).", run_name(trace))
         return notice(f"{trace.name} does not divide the response into clusters; "
                       "only DiCo has seeds and clusters.", run_name(trace))
     data = []
@@ -186,8 +250,9 @@ def cluster_figure(trace: Trace) -> go.Figure:
                               x1=trace.gen_length - 0.5, y0=0, y1=1, xref="x", yref="y domain", line_width=0,
                               fillcolor=PADDING_COLOR, opacity=0.12))
     return go.Figure(data, dict(
-        title=subtitle(f"{run_name(trace)}: seeds and clusters", "Divide picks seed tokens and grows clusters of "
-                       "likely-easy positions around them; Conquer decodes clusters in parallel.<br>One box per "
-                       "cluster per step (its span after the step); grey background: end-of-text padding."),
-        xaxis=position_axis(trace), yaxis=step_axis(trace), template=TEMPLATE, height=HEIGHT, legend=LEGEND_BELOW,
-        margin=FRAME, shapes=shapes, annotations=answer_end_note(trace)))
+        **titled(f"{run_name(trace)}: seeds and clusters", "Divide picks seed tokens and grows clusters of "
+                 "likely-easy positions around them; Conquer decodes clusters in parallel. One box per cluster per "
+                 "step (its span after the step); grey background: end-of-text padding.", plot=PLOT_PX, t=18,
+                 **FRAME),
+        xaxis=position_axis(trace), yaxis=step_axis(trace), template=TEMPLATE, legend=LEGEND_BELOW,
+        shapes=shapes, annotations=answer_end_note(trace)))
