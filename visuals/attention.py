@@ -15,7 +15,7 @@ from visuals._common import (
     panel_row,
     ranges,
     run_name,
-    subtitle,
+    titled,
 )
 
 EMPTY_STAGE = "no step ran in this stage:<br>one step took the run<br>past it"
@@ -63,8 +63,7 @@ def attention_figure(trace: Trace, percentile: float = 99.0) -> go.Figure:
     for i, (stage, steps, m) in enumerate(zip(att.stages, att.steps, mats)):
         axes = axis_ids(i)
         suffix = axes["xaxis"][1:]
-        layout[f"xaxis{suffix}"].update(title="key: response position", range=[-1.5, n - 0.5], showgrid=False,
-                                        zeroline=False, **key_ticks(n))
+        layout[f"xaxis{suffix}"].update(range=[-1.5, n - 0.5], showgrid=False, zeroline=False, **key_ticks(n))
         if not steps or np.isnan(m).all():
             layout["annotations"].append(dict(text=EMPTY_STAGE, x=n / 2, y=n / 2, xref=axes["xaxis"], yref="y",
                                               showarrow=False, font=dict(size=13, color="#555555"),
@@ -79,11 +78,15 @@ def attention_figure(trace: Trace, percentile: float = 99.0) -> go.Figure:
                    + answer_end_line(trace, x, "y domain"))
     split = ("Stages split the run by the unmasked fraction when the step ran: early < 1/3 ≤ middle < 2/3 ≤ late ("
              + "; ".join(f"{s}: {len(st)} steps" for s, st in zip(att.stages, att.steps))
-             + f").<br>Colour capped at {top:.3g} ({percentile:g}th percentile of response keys); left column: the "
+             + f"). Colour capped at {top:.3g} ({percentile:g}th percentile of response keys); left column: the "
                "whole prompt; rows blank where the position was not masked in that stage.")
+    # one x title under the panels (a title per panel overlapped its neighbours' on a narrow screen)
+    layout["annotations"].append(dict(text="key: response position", x=0.5, y=0, xref="paper", yref="paper",
+                                      xanchor="center", yanchor="top", yshift=-30, showarrow=False))
     return go.Figure(data, dict(
-        layout, title=subtitle(f"{run_name(trace)}: attention of still-masked positions, by stage", split),
+        layout, **titled(f"{run_name(trace)}: attention of still-masked positions, by stage", split, plot=300, t=40,
+                         b=80, r=120),
         yaxis=dict(title="masked query position", range=[n - 0.5, -0.5], showgrid=False, zeroline=False),
         coloraxis=dict(colorscale="Viridis", cmin=0.0, cmax=top,
                        colorbar={**COLORBAR, "title": dict(text="mean attention", side="right")}),
-        template=TEMPLATE, height=520, margin=dict(t=160, r=120), shapes=shapes))
+        template=TEMPLATE, shapes=shapes))
