@@ -602,6 +602,8 @@ def test_a_revising_step_is_drawn_where_it_took_tokens_back():
     assert list(marks.x) == [1, 2] and list(marks.y) == [1, 2]          # position, step of each take-back
     assert [str(t).strip() for t in marks.text] == ["big", "dog"]
     assert list(marks.customdata) == [0, 2]                             # the step that had committed it
+    (undone,) = [d for d in fig.data if d.name == "commit later taken back"]
+    assert sorted(zip(undone.x, undone.y)) == [(1, 0), (2, 2)]
     answer = by_name(fig, "answer commit")[0]                           # the commits that stand at the end
     assert sorted(zip(answer.x, answer.y)) == [(0, 0), (1, 2), (2, 3), (3, 3)]
 
@@ -623,6 +625,8 @@ def test_phase_bars_count_the_revised_tokens_of_each_step():
     (revised,) = [d for d in fig.data if d.name.startswith("revised")]
     assert list(revised.x) == [0, 1, 2, 3] and list(revised.y) == [0, -1, -1, 0]
     assert fig.layout.barmode == "relative" and "taken back" in title_of(fig)
+    padding = [d for d in fig.data if d.name.endswith(" padding")]
+    assert all(not any(d.y) for d in padding)           # every commit, taken back later or not, is in the answer
 
 
 def test_the_streamed_race_strikes_through_a_taken_back_token():

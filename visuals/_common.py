@@ -161,8 +161,8 @@ class Grid:
         self.revised = np.array([len(remasked(s)) for s in steps], dtype=int)  # (S,) tokens taken back per step
         self.commit_row, self.token = self.state(len(steps) - 1)          # (N,) row, token id; -1: not standing
         self.answer = np.arange(n) < trace.answer_length                   # (N,) inside the answer
-        rows = self.commit_row[self.answer & (self.commit_row >= 0)]
-        self.answer_counts = np.bincount(rows, minlength=len(steps))[:len(steps)]   # (S,) answer commits per step
+        # (S,) answer commits per step, those a revising rule took back later included
+        self.answer_counts = np.array([sum(p < trace.answer_length for p in s.committed) for s in steps], dtype=int)
         self.answer_complete = bool(len(steps)) and bool((self.commit_row[self.answer] >= 0).all())
 
     def state(self, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -61,7 +61,8 @@ def how_to_read(confidence: str) -> str:
 
 def position_axis(trace: Trace) -> dict:
     """The response-position axis every position figure uses: one cell per position, no padding."""
-    return {**POSITION_AXIS, "range": [-0.5, trace.gen_length - 0.5], "autorange": False}
+    return {**POSITION_AXIS, "range": [-0.5, trace.gen_length - 0.5], "autorange": False,
+            **int_ticks(trace.gen_length)}
 
 
 def step_axis(trace: Trace, steps: int | None = None) -> dict:
@@ -124,16 +125,20 @@ def _trajectory_traces(trace: Trace, show_clusters: bool, shown: set, axes: dict
 
 
 def revised_markers(trace: Trace, g: Grid, legend) -> list[dict]:
-    """An × where a revising rule took a committed token back to the mask, on the row of the step that did it."""
+    """Where a revising rule took a committed token back to the mask: an x on the row of the step that did it, and
+    a hollow purple ring on the commit it undid (the commit markers show only commits that stand at the end)."""
     back = g.taken_back()
     if not back:
         return []
     rows, pos, tokens, was = (np.array(col) for col in zip(*back))
-    text = labels(trace, tokens)
+    text, committed = labels(trace, tokens), g.steps[np.maximum(was, 0)]
     return [dict(type="scatter", x=pos, y=g.steps[rows], mode="markers", marker=REVISED_MARKER, text=text,
-                 customdata=np.where(was >= 0, g.steps[np.maximum(was, 0)], -1),
-                 hovertemplate="took back %{text} (committed at step %{customdata}) to the mask<br>position %{x}, "
-                               "step %{y}<extra></extra>", **legend(REVISED))]
+                 customdata=committed, hovertemplate="took back %{text} (committed at step %{customdata}) to the mask"
+                                                     "<br>position %{x}, step %{y}<extra></extra>", **legend(REVISED)),
+            dict(type="scatter", x=pos[was >= 0], y=committed[was >= 0], mode="markers", text=text[was >= 0],
+                 marker=dict(symbol="circle-open", size=8, color=REVISED_MARKER["color"], line=dict(width=2)),
+                 hovertemplate="committed %{text} here, taken back later<br>position %{x}, step %{y}<extra></extra>",
+                 **legend("commit later taken back"))]
 
 
 def line_keys(trace: Trace, shown: set) -> list[dict]:
