@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dico.bench.benchmark import wilson
+from dico.bench.core import wilson
 from dico.bench.tables import ROW_FIELDS, read_results, throughput_markdown
 from dico.embedded import tasks
 from dico.lanes import default_label
@@ -92,29 +92,32 @@ def test_bench_refuses_bad_requests_with_a_message(args):
                                   ("--methods", "fast,slow"), ("--cache-prompt", "sometimes"), ("--device", "tpu"),
                                   ("--dtype", "float8")])
 def test_the_cache_bench_refuses_a_bad_refresh_or_mode_naming_it(args, capsys):
-    from dico.bench.benchmark import main
+    from dico.bench.cli import main
 
     assert main(["cache", "--items", "2", *args, "--no-progress"]) == 2
     assert f"error: {args[0][2:]}:" in capsys.readouterr().err
 
 
-def test_readme_shows_exactly_the_shipped_benchmark_tables_and_their_commands():
-    from dico.bench.tables import README_MARKERS, readme_section, splice_readme
+def test_readmes_older_benchmark_block_if_any_shows_exactly_the_shipped_tables_and_their_commands():
+    from dico.bench.docs import README_MARKERS, readme_section, splice_readme
 
     readme = (ROOT / "README.md").read_text()
     section = readme_section(ROOT / "assets" / "bench")
-    assert f"{README_MARKERS[0]}\n{section}\n{README_MARKERS[1]}" in readme, \
-        "README's benchmark block is stale: run python -m dico.bench readme"
+    if README_MARKERS[0] in readme:
+        assert f"{README_MARKERS[0]}\n{section}\n{README_MARKERS[1]}" in readme, \
+            "README's benchmark block is stale: run python -m dico.bench docs"
     assert splice_readme(readme, section) == readme
     assert splice_readme("a\n<!-- bench:start -->\nold\n<!-- bench:end -->\nb", "new") == \
         "a\n<!-- bench:start -->\nnew\n<!-- bench:end -->\nb"
+    assert splice_readme("no block", "new") == "no block"
+    assert "python -m dico.bench --jobs 2 --lengths 96/32" in section and "**Ablation: tg**" in section
 
 
-def test_readme_shows_the_shipped_cache_tables():
-    readme = (ROOT / "README.md").read_text()
-    assert (ROOT / "assets" / "bench" / "cache.md").read_text().strip() in readme, \
-        "README's cache tables are not assets/bench/cache.md"
-    assert "assets/bench/cache_refresh.md" in readme
+def test_the_docs_show_the_shipped_cache_tables_as_generated_tables():
+    from dico.bench.docs import marked_tables, pages
+
+    marked = {path for page in pages(ROOT) for path in marked_tables(page.read_text())}
+    assert "assets/bench/cache.json" in marked, "the cache tables are not generated into docs/ (or README)"
 
 
 def test_a_table_names_the_training_step_of_the_weights_it_measured(tmp_path):
@@ -132,8 +135,9 @@ def test_a_table_names_the_training_step_of_the_weights_it_measured(tmp_path):
 def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items(tmp_path, monkeypatch):
     import dico
     import dico.loop
-    from dico.bench.cache import CACHE_SERVES, cache_bench, cache_cases, cache_markdown
+    from dico.bench.cache import CACHE_SERVES, cache_bench, cache_cases
     from dico.bench.parts import Parts
+    from dico.bench.tables import cache_markdown
 
     cases = cache_cases(((16, 8),))
     assert {(c[1], c[4]) for c in cases} == set(CACHE_SERVES.items()) and {c[0] for c in cases} == set(METHODS)
@@ -152,7 +156,8 @@ def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items(tmp_
     assert [prefix[k] for k in none] == [r[k] for k in none]      # a case's kinds share one decode without a cache
     assert prefix["cache"] == "prefix" and prefix["token_forwards_cache"] > r["token_forwards_cache"]
     assert r["by_family"] == {"word": {"n": 2, "right_none": round(2 * r["accuracy_none"]),
-                                       "right_cache": round(2 * r["accuracy_cache"]), "changed": round(2 * r["changed"])}}
+                                       "right_cache": round(2 * r["accuracy_cache"]),
+                                       "changed": round(2 * r["changed"])}}
     assert (every_pass["cache_refresh"], every_pass["changed"]) == (1, 0)        # refresh 1: exactly no cache
     assert every_pass["nfe_cache"] == every_pass["nfe_none"] and every_pass["accuracy_cache"] == \
         every_pass["accuracy_none"]
@@ -165,7 +170,8 @@ def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items(tmp_
     monkeypatch.undo()
     fresh, = cache_bench(predictor, [("fast", "semi-ar", 16, 16, ("prefix",), 0, {"cache_prompt": False})], ("word",),
                          2, progress=False)
-    assert fresh["cache_prompt"] is False and "| 16 / 16 | prefix, prompt computed | 2 |" in cache_markdown([fresh], "t")
+    assert fresh["cache_prompt"] is False
+    assert "| 16 / 16 | prefix, prompt computed | 2 |" in cache_markdown([fresh], "t")
     assert fresh["changed"] == 0 and fresh["token_forwards_cache"] == fresh["token_forwards_none"]   # one block: exact
 
 
@@ -174,8 +180,8 @@ def test_the_cache_bench_can_take_its_decodes_without_a_cache_from_table_1(tmp_p
     Table 1's saved parts only the cached side is decoded (batched), and every row is what the bench decoding both
     sides itself gives, less the timings (no baseline decoded beside it)."""
     import dico
-    from dico.bench.benchmark import main
     from dico.bench.cache import cache_against, cache_bench, table1_none, table1_parts
+    from dico.bench.cli import main
     from dico.bench.parts import weights_id
 
     families = ("word", "pick")
@@ -254,25 +260,102 @@ def test_a_long_run_killed_halfway_goes_on_from_its_saved_parts(tmp_path, monkey
         decoded.append((families, modes))
         return real_run(predictor, configs, families, modes, *args, **kwargs)
 
-    monkeypatch.setattr(benchmark, "run", counted_run)
     stop_after_one = True
     with pytest.raises(KeyboardInterrupt):
-        parts.run_parts(None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2, parts=Parts(tmp_path, key),
-                            predictor=predictor, progress=False)
+        parts.run_parts(counted_run, None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2,
+                        parts=Parts(tmp_path, key), predictor=predictor, progress=False)
     assert decoded == [(("word",), ("non-ar",))] and len(list(tmp_path.glob("part-*.json"))) == 1
 
     stop_after_one = False
-    rows, how = parts.run_parts(None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2,
-                                    parts=Parts(tmp_path, key), predictor=predictor, progress=False)
+    rows, how = parts.run_parts(counted_run, None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2,
+                                parts=Parts(tmp_path, key), predictor=predictor, progress=False)
     assert decoded[1:] == [(("word",), ("semi-ar",))]                   # only the missing part decoded
     assert (how["parts"], how["parts_resumed"]) == (2, 1) and how["decode_seconds"] >= 0
     whole = real_run(predictor, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2, progress=False)
-    strip = lambda rs: [{k: v for k, v in r.items() if k not in ("tokens_per_s", "speedup_wall")} for r in rs]
+
+    def strip(rs):
+        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "speedup_wall")} for r in rs]
+
     assert strip(rows) == strip(whole)                                  # the same rows as one uninterrupted run
 
     del decoded[:]
-    parts.run_parts(None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2,
-                        parts=Parts(tmp_path, {**key, "weights": "sha256:other"}), predictor=predictor, progress=False)
+    parts.run_parts(counted_run, None, configs, ("word",), ("non-ar", "semi-ar"), 2, lengths, 2,
+                    parts=Parts(tmp_path, {**key, "weights": "sha256:other"}), predictor=predictor, progress=False)
     assert len(decoded) == 2                                            # other weights: nothing reused
     assert weights_id(None).startswith("sha256:") and weights_id("GSAI-ML/LLaDA-8B-Instruct") == \
         "GSAI-ML/LLaDA-8B-Instruct"
+
+
+def _bench_imports() -> dict[str, list[tuple[str, str]]]:
+    """Each module of dico/bench and what it imports from its siblings: (module, name) pairs, the name None for a
+    whole module."""
+    import ast
+
+    found = {}
+    for path in sorted((ROOT / "dico" / "bench").glob("*.py")):
+        pairs = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                raise AssertionError(f"{path.name}: a relative import; name dico.bench modules in full")
+            if isinstance(node, ast.ImportFrom) and node.module == "dico.bench":
+                pairs += [(f"dico.bench.{a.name}", None) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dico.bench."):
+                pairs += [(node.module, a.name) for a in node.names]
+            elif isinstance(node, ast.Import):
+                pairs += [(a.name, None) for a in node.names if a.name.startswith("dico.bench.")]
+        found[f"dico.bench.{path.stem}"] = pairs
+    return found
+
+
+def test_no_bench_module_imports_a_siblings_private_names():
+    private = [(module, f"{source}.{name}") for module, pairs in _bench_imports().items() for source, name in pairs
+               if name and name.startswith("_")]
+    assert not private, f"private names imported from a sibling: {private}"
+
+
+def test_the_bench_modules_import_each_other_without_a_cycle():
+    imports = _bench_imports()
+    graph = {module: {source for source, _ in pairs if source in imports and source != module}
+             for module, pairs in imports.items()}
+    assert graph["dico.bench.parts"] == {"dico.bench.hardware"} and "dico.bench.cli" in graph["dico.bench.__main__"]
+    done, path = set(), []
+
+    def visit(module):
+        assert module not in path, f"import cycle: {' -> '.join(path[path.index(module):] + [module])}"
+        if module in done:
+            return
+        path.append(module)
+        for source in sorted(graph[module]):
+            visit(source)
+        path.pop()
+        done.add(module)
+
+    for module in graph:
+        visit(module)
+
+
+def test_the_cycle_check_sees_a_cycle(tmp_path, monkeypatch):
+    """The check above fails on a circle (a stand-in package with one): it is not a test that cannot fail."""
+    (tmp_path / "dico" / "bench").mkdir(parents=True)
+    (tmp_path / "dico" / "bench" / "a.py").write_text("from dico.bench.b import run\n")
+    (tmp_path / "dico" / "bench" / "b.py").write_text("from dico.bench import a\nfrom dico.bench.c import _x\n")
+    for empty in ("c.py", "hardware.py", "cli.py"):
+        (tmp_path / "dico" / "bench" / empty).write_text("")
+    (tmp_path / "dico" / "bench" / "parts.py").write_text("from dico.bench.hardware import load_bench_model\n")
+    (tmp_path / "dico" / "bench" / "__main__.py").write_text("from dico.bench.cli import main\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    with pytest.raises(AssertionError, match="import cycle: dico.bench.a -> dico.bench.b -> dico.bench.a"):
+        test_the_bench_modules_import_each_other_without_a_cycle()
+    with pytest.raises(AssertionError, match=r"dico.bench.c._x"):
+        test_no_bench_module_imports_a_siblings_private_names()
+
+
+@pytest.mark.parametrize("argv, what", [(["--items", "2"], "table1"), (["--items", "2", "frontier"], "frontier"),
+                                        (["ablation", "tg", "--items", "3"], "ablation"), (["readme"], "readme"),
+                                        (["--jobs", "2", "breaks", "--items", "200"], "breaks")])
+def test_the_command_lines_in_the_docs_name_the_same_subcommand_as_before(argv, what):
+    from dico.bench.cli import parser, with_subcommand
+
+    top, names = parser()
+    args = top.parse_args(with_subcommand(argv, names))
+    assert args.what == what and callable(args.run)

@@ -2,15 +2,10 @@
 step committed them together (each from its own marginal) or the model chose the mixture one token at a time."""
 import pytest
 
-from dico.bench.breaks import breaks_markdown, choice_positions, clash, read, token_spans
+from dico.bench.breaks import choice_positions, clash, read, token_spans
+from dico.bench.tables import breaks_markdown
 from dico.embedded import tasks
 from dico.trace import Step, Trace
-
-
-@pytest.fixture(scope="module")
-def predictor():
-    import dico
-    return dico.load_model(attention=False)
 
 
 def _decoded(predictor, item, text, steps_of):
@@ -33,7 +28,8 @@ def _decoded(predictor, item, text, steps_of):
 def test_each_choice_of_an_answer_maps_to_the_tokens_that_spell_it(predictor):
     item = tasks.make_split("team", "test", 40)[0]
     text = f"The {'leader' if item.count == 1 else 'team'} is {' and '.join(item.offered[:item.count])}."
-    text_back, spans = token_spans(predictor.tokenizer, predictor.tokenizer(text, add_special_tokens=False)["input_ids"])
+    ids = predictor.tokenizer(text, add_special_tokens=False)["input_ids"]
+    text_back, spans = token_spans(predictor.tokenizer, ids)
     slots = choice_positions("team", text_back, spans)
     assert [name for name, _ in slots] == list(item.offered[:item.count])
     for name, positions in slots:
@@ -82,12 +78,13 @@ def test_the_table_shows_the_break_with_its_step_and_confidences():
            "example": {"text": "I pick bats and bats.", "kind": "repeat", "together": True,
                        "step": {"index": 3, "phase": "vanilla", "tokens": ["bats", "bats"],
                                 "confidence": [0.49, 0.47]}}}
-    assert ("| pick | non-ar | Top-4 per step | 0/2 [0-66%] | 24.0 | 2 / 0 / 0 | 2 of 2 | 0 of 0 | “I pick bats and bats.”: step 3 "
+    assert ("| pick | non-ar | Top-4 per step | 0/2 [0-66%] | 24.0 | 2 / 0 / 0 | 2 of 2 | 0 of 0 | "
+            "“I pick bats and bats.”: step 3 "
             "(vanilla) committed `bats` (0.49) + `bats` (0.47) |") in breaks_markdown([row], "t")
 
 
 def test_breaks_refuses_families_without_choices(capsys):
-    from dico.bench.benchmark import main
+    from dico.bench.cli import main
 
     assert main(["breaks", "--families", "word", "--no-progress"]) == 2
     assert "error: families: breaks reads answers with several valid forms" in capsys.readouterr().err
@@ -99,8 +96,8 @@ def test_cells_in_processes_give_the_rows_of_one_process(predictor, tmp_path):
     in the same order."""
     import json
 
-    from dico.bench.benchmark import main
     from dico.bench.breaks import breaks
+    from dico.bench.cli import main
 
     args = ["breaks", "--families", "team", "--items", "2", "--no-progress", "--batch-size", "2"]
     assert main(args + ["--jobs", "2", "--json", str(tmp_path / "b.json")]) == 0
@@ -142,7 +139,7 @@ def test_the_table_shows_what_a_cache_broke_only_when_a_lane_has_one():
 
 
 def test_breaks_refuses_an_unknown_cache_or_method(capsys):
-    from dico.bench.benchmark import main
+    from dico.bench.cli import main
 
     assert main(["breaks", "--cache", "lru", "--no-progress"]) == 2
     assert "error: cache: must be one of none, prefix, dual, delayed, got 'lru'" in capsys.readouterr().err

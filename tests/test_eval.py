@@ -14,9 +14,9 @@ pytestmark = pytest.mark.lmeval
 pytest.importorskip("lm_eval")
 pytest.importorskip("accelerate")
 
-from dico.bench import benchmark                    # noqa: E402
+from dico.bench import benchmark  # noqa: E402
 from dico.bench.eval import OWN_TASKS, TASKS_DIR, DiCoLM, main, task_files  # noqa: E402
-from dico.embedded import tasks                     # noqa: E402
+from dico.embedded import tasks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT, GEN = 4, 48
@@ -43,12 +43,13 @@ def read_run(folder: Path) -> tuple[float, dict]:
 def test_task_data_is_the_benchmarks_held_out_split_in_order():
     for family in tasks.FAMILIES:
         lines = (TASKS_DIR / f"{family}.jsonl").read_text().splitlines()
-        assert [json.loads(line) for line in lines] == [json.loads(json.dumps(asdict(item))) for item in tasks.make_split(family)], \
+        expected = [json.loads(json.dumps(asdict(item))) for item in tasks.make_split(family)]
+        assert [json.loads(line) for line in lines] == expected, \
             "stale task data: run python -m dico.bench.eval --write-task-data"
         for name, text in task_files(family).items():
             assert (TASKS_DIR / name).read_text() == text, f"stale {name}: run python -m dico.bench.eval " \
                 "--write-task-data"
-    assert OWN_TASKS == {f"dico_{family}" for family in tasks.FAMILIES}
+    assert {f"dico_{family}" for family in tasks.FAMILIES} == OWN_TASKS
 
 
 def test_answers_are_scored_by_the_projects_checker():
@@ -127,8 +128,9 @@ def test_generation_stops_at_the_tasks_stop_strings_and_loglikelihood_is_refused
         lm.loglikelihood([Instance("loglikelihood", {}, ("a", " b"), 0)])
 
 
-@pytest.mark.parametrize("bad, field", [(["--settings", "speed=9"], "speed"), (["--mode", "semi-ar",
-                                         "--block-length", "40"], "block_length"), (["--batch-size", "0"], "batch_size")])
+@pytest.mark.parametrize("bad, field", [(["--settings", "speed=9"], "speed"),
+                                        (["--mode", "semi-ar", "--block-length", "40"], "block_length"),
+                                        (["--batch-size", "0"], "batch_size")])
 def test_bad_requests_exit_2_naming_the_field(bad, field, capsys):
     assert main(["--tasks", "dico_word", *bad]) == 2
     assert field in capsys.readouterr().err

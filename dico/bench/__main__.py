@@ -1,4 +1,4 @@
-"""``python -m dico.bench ...``: the benchmark's command line (see ``dico.bench.benchmark``)."""
-from dico.bench.benchmark import main
+"""``python -m dico.bench ...``: the benchmark's command line (see ``dico.bench.cli``)."""
+from dico.bench.cli import main
 
 raise SystemExit(main())

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
-import time
+from dataclasses import dataclass
 
-from dico.bench.benchmark import QUICK_ITEMS, _choices, _items, _modes, _report, wilson
-from dico.bench.hardware import bench_model, load_bench_model, machine, training_step
+from dico.bench import options
+from dico.bench.core import QUICK_ITEMS
 from dico.bench.parts import in_processes
+from dico.bench.runner import Report, Session, Subcommand, add_measure
+from dico.bench.tables import BREAK_KINDS, breaks_markdown
 from dico.embedded import tasks
 from dico.embedded.picks import _FRAMES, chosen
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, SEMI_AR, SamplingSettings
@@ -33,7 +34,7 @@ CHOICE_FAMILIES = ("pick", "team")
 LANES = [("Vanilla", "vanilla", {}), ("Top-2 per step", "topk", {"k": 2}), ("Top-4 per step", "topk", {"k": 4}),
          ("Fast-dLLM", "fast", {}), ("DiCo", "dico", {})]
 DEFAULT_ITEMS = 40
-KINDS = ("repeat", "mixed", "malformed")
+KINDS = BREAK_KINDS
 
 
 def token_spans(tokenizer, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
@@ -160,78 +161,61 @@ def breaks(predictor, families, modes, n_items: int, lanes=LANES, gen_length: in
     return rows
 
 
-def breaks_markdown(rows: list[dict], title: str) -> str:
-    cached = any("broken_by_cache" in r for r in rows)
-    lines = [f"**{title}**", "", "| family | mode | lane | right [95%] | passes | wrong: repeat / mixed / malformed | "
-             "wrong, clashing tokens committed by one step | right, 2+ choice tokens committed by one step | "
-             + ("the cache broke: repeat / mixed / malformed (by one step) | mended | " if cached else "")
-             + "a break |", "|---|---|---|---|---|---|---|---|" + ("---|---|" if cached else "") + "---|"]
-    for r in rows:
-        example, wrong = r["example"], r["n"] - r["right"]
-        said = "—"
-        if example is not None:
-            said = f"“{example['text']}”"
-            if example.get("step"):
-                s = example["step"]
-                said += (f": step {s['index']} ({s['phase']}) committed " + " + ".join(
-                    f"`{t.strip()}` ({c:.2f})" for t, c in zip(s["tokens"], s["confidence"])))
-        by_cache = ""
-        if cached:
-            by_cache = "— | — | "
-            if "broken_by_cache" in r:
-                by_cache = (f"{r['broken_by_cache']}: {' / '.join(str(r['broken'][k]) for k in KINDS)} "
-                            f"({r['broken_together']}) | {r['mended_by_cache']} | ")
-        low, high = wilson(r["right"], r["n"])
-        lines.append(f"| {r['family']} | {r['mode']} | {r['label']} | {r['right']}/{r['n']} [{100 * low:.0f}-"
-                     f"{100 * high:.0f}%] | {r['nfe_mean']:.1f} | {r['repeat']} / "
-                     f"{r['mixed']} / {r['malformed']} | {r['wrong_together']} of {wrong} | {r['right_together']} of "
-                     f"{r['right']} | {by_cache}{said} |")
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class Plan:
+    families: tuple
+    modes: tuple
+    n_items: int
+    lanes: list
+    cache: str
+    batch_size: int
+    jobs: int
+
+    @property
+    def title(self) -> str:
+        return f"Which commits broke an answer: gen {DEFAULT_GEN_LENGTH}, {self.n_items} held-out items per family" + (
+            f", each lane beside itself with the {self.cache} cache" if self.cache != "none" else "")
 
 
-def breaks_main(args, argv) -> int:
-    """``python -m dico.bench breaks``: every lane on the choice families, both modes, one process."""
-    n_items = args.items or (QUICK_ITEMS if args.quick else DEFAULT_ITEMS)
-    every = ",".join(tasks.FAMILIES)            # the option's default: here, the families with choices
-    families = CHOICE_FAMILIES if args.families == every else tuple(f for f in args.families.split(",") if f)
-    try:
-        _items(n_items)
-        wrong = [f for f in families if f not in CHOICE_FAMILIES]
-        if wrong or not families:
-            raise ValueError(f"families: breaks reads answers with several valid forms, {', '.join(CHOICE_FAMILIES)}; "
-                             f"got {args.families!r}")
-        modes = _modes(args.modes)
-        offered = tuple(dict.fromkeys(method for _, method, _ in LANES))
-        methods = _choices("methods", args.methods, offered, "method", default=offered)
-        lanes = [lane for lane in LANES if lane[1] in methods]
-        SamplingSettings.from_dict({"cache": args.cache})      # the setting's own check names a bad kind
-        lanes = cached_lanes(lanes, args.cache)
-        import torch
+def plan(args) -> Plan:
+    n_items = options.item_count(args, DEFAULT_ITEMS)
+    families = tuple(f for f in args.families.split(",") if f)
+    if not families or any(f not in CHOICE_FAMILIES for f in families):
+        raise ValueError(f"families: breaks reads answers with several valid forms, {', '.join(CHOICE_FAMILIES)}; "
+                         f"got {args.families!r}")
+    modes = options.modes(args.modes)
+    offered = tuple(dict.fromkeys(method for _, method, _ in LANES))
+    methods = options.choices("methods", args.methods, offered, "method", default=offered)
+    SamplingSettings.from_dict({"cache": args.cache})      # the setting's own check names a bad kind
+    lanes = cached_lanes([lane for lane in LANES if lane[1] in methods], args.cache)
+    options.at_least_one(jobs=args.jobs)
+    return Plan(families, modes, n_items, lanes, args.cache, args.batch_size, args.jobs)
 
-        torch.set_num_threads(1)
-        if args.jobs < 1:
-            raise ValueError(f"jobs: must be >= 1, got {args.jobs}")
-        model = bench_model(args)
-        predictor = load_bench_model(model)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    where, start = machine(args.jobs, model), time.time()
-    title = f"Which commits broke an answer: gen {DEFAULT_GEN_LENGTH}, {n_items} held-out items per family" + (
-        f", each lane beside itself with the {args.cache} cache" if args.cache != "none" else "")
-    print(f"{title}: model {predictor.name}, on {where}", flush=True)
-    if args.jobs > 1:
-        rows = in_processes(functools.partial(breaks_cell, n_items=n_items, batch_size=args.batch_size, lanes=lanes),
-                            model,
-                            [(family, mode) for family in families for mode in modes], args.jobs,
-                            progress=not args.no_progress, desc="breaks cells")
+
+def measure(plan: Plan, session: Session) -> Report:
+    """Every lane on the choice families, in this process or a (family, mode) cell per process."""
+    where, about = session.where(plan.jobs), session.about()
+    print(f"{plan.title}: model {about['model']}, on {where}", flush=True)
+    if plan.jobs > 1:
+        rows = in_processes(functools.partial(breaks_cell, n_items=plan.n_items, batch_size=plan.batch_size,
+                                              lanes=plan.lanes), session.model,
+                            [(family, mode) for family in plan.families for mode in plan.modes], plan.jobs,
+                            progress=session.progress, desc="breaks cells")
     else:
-        rows = breaks(predictor, families, modes, n_items, lanes, batch_size=args.batch_size,
-                      progress=not args.no_progress)
-    _report(args, argv, breaks_markdown(rows, title), start, {
-        "title": title, "model": predictor.name, "model_step": training_step(args.model), "machine": where,
-        "rows": rows})
-    return 0
+        rows = breaks(session.predictor, plan.families, plan.modes, plan.n_items, plan.lanes,
+                      batch_size=plan.batch_size, progress=session.progress)
+    return Report(breaks_markdown(rows, plan.title), {"title": plan.title, **about, "machine": where, "rows": rows})
+
+
+def register(subparsers) -> None:
+    parser = add_measure(subparsers, "breaks", "pick and team: which commits broke each method's wrong answers",
+                         Subcommand(plan, measure, threads=1), __doc__)
+    options.add_items(parser, default=DEFAULT_ITEMS, quick=f"{QUICK_ITEMS} items per family instead of {DEFAULT_ITEMS}")
+    options.add_batching(parser, jobs="processes decoding (family, mode) cells side by side, one torch thread each")
+    options.add_scope(parser, families_default=",".join(CHOICE_FAMILIES))
+    parser.add_argument("--methods", default=None, help="comma-separated methods (default: every one)")
+    parser.add_argument("--cache", default="none", help="decode every lane again with this KV cache kind, each "
+                        "beside its lane, counting the answers the cache broke (default none)")
 
 
 def breaks_cell(predictor, family: str, mode: str, n_items: int, batch_size: int, lanes=LANES) -> list[dict]:

@@ -5,13 +5,16 @@ Every case decodes each item without and with its cache, interleaved item by ite
 """
 from __future__ import annotations
 
-import sys
 import time
+from dataclasses import dataclass
 
+from dico.bench import options
+from dico.bench.core import LENGTHS, text_digest, wilson
+from dico.bench.hardware import counted, decoded_on
+from dico.bench.parts import Parts, in_processes, weights_id
+from dico.bench.runner import Report, Session, Subcommand, add_measure
+from dico.bench.tables import cache_tables
 from dico.embedded import tasks
-from dico.bench.benchmark import (FULL_ITEMS, LENGTHS, QUICK_ITEMS, _choices, _families, _items, _lengths, _modes,
-                                  _report, text_digest, wilson)
-from dico.bench.hardware import _count, bench_model, decoded_on, load_bench_model, machine, training_step
 from dico.lanes import default_label
 from dico.settings import METHODS, SEMI_AR
 
@@ -254,118 +257,123 @@ def cache_case(predictor, case, families, n_items: int, parts, none=None, batch_
         return cache_against(predictor, case, families, n_items, none, batch_size, parts, bar)
 
 
-def cache_markdown(rows: list[dict], title: str) -> str:
-    """The cache benchmark as a Markdown table: accuracy without -> with the cache (95% interval of the first)."""
-    lines = [f"**{title}**", "", "| Method | mode | gen / block | cache | n | accuracy: none [95%] -> cache | text "
-             "changed | NFE none -> cache | token forwards none -> cache | tokens/s none -> cache | speed-up |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        how = (f", refresh {r['cache_refresh']}" if r.get("cache_refresh") else "") + \
-            (", prompt computed" if r.get("cache_prompt") is False else "")      # the cache's settings besides its kind
-        lines.append(f"| {r['label']} | {r['mode']} | {r['gen_length']} / {r['block_length'] or '-'} | {r['cache']}"
-                     f"{how} | "
-                     f"{r['n']} | {100 * r['accuracy_none']:.1f}% [{100 * r['accuracy_none_low']:.0f}-"
-                     f"{100 * r['accuracy_none_high']:.0f}] -> {100 * r['accuracy_cache']:.1f}% | "
-                     f"{100 * r['changed']:.0f}% | {r['nfe_none']:.1f} -> {r['nfe_cache']:.1f} | "
-                     f"{r['token_forwards_none']:.0f} -> {r['token_forwards_cache']:.0f} | "
-                     f"{_num(r['tokens_per_s_none'])} -> {_num(r['tokens_per_s_cache'])} | "
-                     f"{_num(r['speedup_wall'], '.2f', 'x')} |")
-    return "\n".join(lines)
-
-
-def _num(value, spec: str = ".1f", unit: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{unit}"
-
-
-def cache_options(parser) -> None:
+def add_cache_options(parser) -> None:
     """The options only ``python -m dico.bench cache`` reads."""
     group = parser.add_argument_group("cache only")
+    group.add_argument("--methods", default=None, help="comma-separated methods (default: every one)")
     group.add_argument("--refresh", default="0", help="the accuracy part's cache_refresh values, comma-separated "
                        "(default 0: refresh only at a block start or the first pass)")
     group.add_argument("--cache-prompt", default="on", help="keep the prompt's keys and values between refreshes in "
                        "the accuracy part: on (default), off (computed every pass) or on,off")
     group.add_argument("--none-from", metavar="DIR", help="the accuracy part's decodes without a cache are Table 1's, "
                        "saved by its --parts DIR (same weights and items); only the cached side is decoded, batched")
-    group.add_argument("--speed-items", type=int, default=None, help="word problems in the speed part (default 40, "
-                       "at most --items)")
+    group.add_argument("--speed-items", type=int, default=None, help=f"word problems in the speed part (default "
+                       f"{SPEED_ITEMS}, at most --items)")
 
 
-def cache_main(args, argv) -> int:
-    """``python -m dico.bench cache``: the speed cases on word problems, then the accuracy cases on every family."""
-    import torch
+def _refreshes(text: str) -> tuple[int, ...]:
+    refreshes = tuple(r.strip() for r in text.split(",") if r.strip())
+    if not refreshes or not all(r.isdigit() for r in refreshes):
+        raise ValueError(f"refresh: comma-separated passes between refreshes, each 0 or more, got {text!r}")
+    return tuple(map(int, refreshes))
 
-    torch.set_num_threads(1)
-    n_items = args.items or (QUICK_ITEMS if args.quick else FULL_ITEMS)
-    try:
-        lengths = _lengths(args.lengths) if args.lengths else (LENGTHS[:1] if args.quick else LENGTHS)
-        _items(n_items)
-        families = _families(args.families)
-        refreshes = tuple(r.strip() for r in args.refresh.split(",") if r.strip())
-        if not refreshes or not all(r.isdigit() for r in refreshes):
-            raise ValueError(f"refresh: comma-separated passes between refreshes, each 0 or more, got {args.refresh!r}")
-        refreshes = tuple(map(int, refreshes))
-        keep = tuple(dict.fromkeys(v.strip() for v in args.cache_prompt.split(",") if v.strip()))
-        if not keep or any(v not in ("on", "off") for v in keep):
-            raise ValueError(f"cache-prompt: on, off or on,off (keep the prompt's keys and values between refreshes), "
-                             f"got {args.cache_prompt!r}")
-        keep_prompt = tuple(v == "on" for v in keep)
-        modes = _modes(args.modes)
-        methods = _choices("methods", args.methods, METHODS, "method", default=METHODS)
-        if args.speed_items is not None and args.speed_items < 1:
-            raise ValueError(f"speed-items: at least 1 word problem, got {args.speed_items}")
-        model = bench_model(args)
-        predictor = load_bench_model(model)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    speed_items = min(args.speed_items or SPEED_ITEMS, n_items)
-    where, start = machine(args.jobs, model) + ", batch 1", time.time()
-    print(f"cache: model {predictor.name}, {_count(speed_items, 'word problem')} for speed, {n_items} items per "
-          f"family for accuracy, on {where}", flush=True)
-    weights = None
-    if args.parts or args.none_from:
-        from dico.bench.parts import weights_id
-        weights = weights_id(args.model)        # hashes the weight files: once
-    key = {"bench": "cache", "weights": weights, **decoded_on(model)}
-    parts = {"speed": _parts(args.parts, {**key, "items": speed_items, "part_of": "speed", "families": ["word"]}),
-             "accuracy": _parts(args.parts, {**key, "items": n_items, "part_of": "accuracy",
-                                             "families": list(families)})}     # the key of cases decoding both sides
-    speed = [case for case in CACHE_SPEED if case[1] in modes and case[0] in methods]
-    accuracy = cache_cases(lengths, refreshes, modes, methods, keep_prompt)
-    nones = [None] * len(accuracy)
-    if args.none_from:
-        saved = table1_parts(args.none_from)
-        nones = [table1_none(saved, weights, n_items, families, case) for case in accuracy]
-        taken = sum(none is not None for none in nones)
-        if not taken:
-            print(f"error: none-from: {args.none_from} holds no Table 1 part of these weights with {n_items} items a "
-                  f"family at {args.lengths or 'these lengths'} (Table 1 saves them with: python -m dico.bench "
-                  f"--items {n_items} --parts {args.none_from})", file=sys.stderr)
-            return 2
-        print(f"none-from: {taken} of {len(accuracy)} accuracy cases take their decodes without a cache from Table "
-              f"1's parts in {args.none_from}; the rest decode both sides", flush=True)
-        parts["against"] = _parts(args.parts, {**key, "items": n_items, "part_of": "accuracy against Table 1",
-                                               "families": list(families), "batch_size": args.batch_size})
-    cells = [(case, ("word",), speed_items, parts["speed"]) for case in speed] + \
-        [(case, families, n_items, parts["against"] if none else parts["accuracy"], none, args.batch_size)
-         for case, none in zip(accuracy, nones)]
-    if args.jobs > 1:       # every case in one pool: each case's decodes stay interleaved in its process
-        from dico.bench.parts import in_processes
-        rows = in_processes(cache_case, model, cells, args.jobs, not args.no_progress, "cache cases")
+
+def _keep_prompt(text: str) -> tuple[bool, ...]:
+    keep = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    if not keep or any(v not in ("on", "off") for v in keep):
+        raise ValueError(f"cache-prompt: on, off or on,off (keep the prompt's keys and values between refreshes), "
+                         f"got {text!r}")
+    return tuple(v == "on" for v in keep)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The cases to decode: the speed cases on word problems, the accuracy cases on every family."""
+    speed: list
+    accuracy: list
+    families: tuple
+    n_items: int
+    speed_items: int
+    lengths_given: str | None
+    none_from: str | None
+    parts: str | None
+    batch_size: int
+    jobs: int
+
+
+def plan(args) -> Plan:
+    lengths = options.lengths(args.lengths) if args.lengths else (LENGTHS[:1] if args.quick else LENGTHS)
+    n_items = options.item_count(args)
+    families = options.families(args.families)
+    refreshes, keep_prompt = _refreshes(args.refresh), _keep_prompt(args.cache_prompt)
+    modes = options.modes(args.modes)
+    methods = options.choices("methods", args.methods, METHODS, "method", default=METHODS)
+    if args.speed_items is not None and args.speed_items < 1:
+        raise ValueError(f"speed-items: at least 1 word problem, got {args.speed_items}")
+    return Plan([case for case in CACHE_SPEED if case[1] in modes and case[0] in methods],
+                cache_cases(lengths, refreshes, modes, methods, keep_prompt), families, n_items,
+                min(args.speed_items or SPEED_ITEMS, n_items), args.lengths, args.none_from, args.parts,
+                args.batch_size, args.jobs)
+
+
+def _stores(plan: Plan, session: Session, weights: str | None) -> dict:
+    """Where each part's finished cases are saved (None: nowhere), by part: speed, accuracy, against Table 1."""
+    key = {"bench": "cache", "weights": weights, **decoded_on(session.model)}
+    accuracy = {**key, "items": plan.n_items, "families": list(plan.families)}
+    return {"speed": _parts(plan.parts, {**key, "items": plan.speed_items, "part_of": "speed", "families": ["word"]}),
+            "accuracy": _parts(plan.parts, {**accuracy, "part_of": "accuracy"}),    # cases decoding both sides
+            "against": _parts(plan.parts, {**accuracy, "part_of": "accuracy against Table 1",
+                                           "batch_size": plan.batch_size})}
+
+
+def _nones(plan: Plan, weights: str | None) -> list:
+    """Each accuracy case's decodes without a cache from Table 1's parts (``--none-from``), None where it decodes
+    both sides."""
+    if not plan.none_from:
+        return [None] * len(plan.accuracy)
+    saved = table1_parts(plan.none_from)
+    nones = [table1_none(saved, weights, plan.n_items, plan.families, case) for case in plan.accuracy]
+    taken = sum(none is not None for none in nones)
+    if not taken:
+        raise ValueError(f"none-from: {plan.none_from} holds no Table 1 part of these weights with {plan.n_items} "
+                         f"items a family at {plan.lengths_given or 'these lengths'} (Table 1 saves them with: "
+                         f"python -m dico.bench --items {plan.n_items} --parts {plan.none_from})")
+    print(f"none-from: {taken} of {len(plan.accuracy)} accuracy cases take their decodes without a cache from Table "
+          f"1's parts in {plan.none_from}; the rest decode both sides", flush=True)
+    return nones
+
+
+def measure(plan: Plan, session: Session) -> Report:
+    """The speed cases, then the accuracy cases: each case's decodes in one process, cases side by side with
+    ``--jobs``."""
+    where, about = session.where(plan.jobs) + ", batch 1", session.about()
+    print(f"cache: model {about['model']}, {counted(plan.speed_items, 'word problem')} for speed, {plan.n_items} "
+          f"items per family for accuracy, on {where}", flush=True)
+    weights = weights_id(session.args.model) if plan.parts or plan.none_from else None   # hashes the weights: once
+    stores, nones = _stores(plan, session, weights), _nones(plan, weights)
+    cells = [(case, ("word",), plan.speed_items, stores["speed"]) for case in plan.speed] + \
+        [(case, plan.families, plan.n_items, stores["against" if none else "accuracy"], none, plan.batch_size)
+         for case, none in zip(plan.accuracy, nones)]
+    if plan.jobs > 1:       # every case in one pool: each case's decodes stay interleaved in its process
+        rows = in_processes(cache_case, session.model, cells, plan.jobs, session.progress, "cache cases")
     else:
-        rows = [row for cell in cells for row in cache_case(predictor, *cell, progress=not args.no_progress)]
-    speed_rows, accuracy_rows = rows[:len(speed)], rows[len(speed):]       # a speed case has one kind
-    table = (cache_markdown(speed_rows, f"KV cache speed (word problems, {speed_items} items)") + "\n\n"
-             + cache_markdown(accuracy_rows, f"KV cache accuracy (Table 1's items, {n_items} per family)"))
-    _report(args, argv, table, start, {"title": "cache", "model": predictor.name,
-                                        "model_step": training_step(args.model), "machine": where,
-                                        "speed": speed_rows, "accuracy": accuracy_rows})
-    return 0
+        rows = [row for cell in cells for row in cache_case(session.predictor, *cell, progress=session.progress)]
+    record = {"title": "cache", **about, "machine": where, "speed": rows[:len(plan.speed)],   # a speed case: one kind
+              "accuracy": rows[len(plan.speed):]}
+    return Report(cache_tables(record), record)
+
+
+def register(subparsers) -> None:
+    parser = add_measure(subparsers, "cache", "tokens/s, token forwards and accuracy with and without each KV cache",
+                         Subcommand(plan, measure, threads=1), __doc__)
+    options.add_items(parser)
+    options.add_lengths(parser)
+    options.add_batching(parser, jobs="processes decoding cases side by side, one torch thread each")
+    options.add_scope(parser)
+    options.add_parts(parser, "a cache case, its pieces and chunks")
+    add_cache_options(parser)
 
 
 def _parts(folder, key):
     """Where finished cases are saved (None: nowhere)."""
-    if not folder:
-        return None
-    from dico.bench.parts import Parts
-    return Parts(folder, key)
+    return Parts(folder, key) if folder else None

@@ -91,7 +91,8 @@ class DiCoLM(LM):
 
         contexts = [request.args[0] for request in requests]
         if self.world_size > 1:
-            print(f"dico: process {self.rank + 1} of {self.world_size} decodes {len(contexts)} requests", file=sys.stderr)
+            print(f"dico: process {self.rank + 1} of {self.world_size} decodes {len(contexts)} requests",
+                  file=sys.stderr)
         runs = decode_batch(self.predictor, contexts, self.method, batch_size=self.batch_size, mode=self.mode,
                             gen_length=self.gen_length, block_length=self.block_length, settings=self.settings)
         bar = tqdm(total=len(contexts), desc=f"dico {self.method}", disable=disable_tqdm or self.rank != 0)
@@ -148,7 +149,8 @@ def _batch_size(value, most) -> int:
 
 
 TASK_YAML = """\
-# The embedded model's {family} family (dico/embedded/tasks.py): the 500 held-out items of make_split("{family}", "test"),
+# The embedded model's {family} family (dico/embedded/tasks.py): the 500 held-out items of \
+make_split("{family}", "test"),
 # in order, so --limit N evaluates the benchmark's first N items. Scored by dico.embedded.tasks.check: {scoring}.
 # Written with {family}.jsonl by python -m dico.bench.eval --write-task-data.
 task: dico_{family}

@@ -13,13 +13,12 @@ the same run.
 from __future__ import annotations
 
 import functools
-import sys
-import time
 from dataclasses import dataclass
 
-from dico.bench.benchmark import FULL_ITEMS, QUICK_ITEMS, Cell, _families, _items, _modes, _report, _row, decode_cell
-from dico.bench.hardware import bench_model, load_bench_model, machine, training_step
+from dico.bench import options
+from dico.bench.core import Cell, cell_row, decode_cell
 from dico.bench.parts import in_processes
+from dico.bench.runner import Report, Session, Subcommand, add_measure
 from dico.bench.tables import frontier_markdown
 from dico.embedded import tasks
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, DICO_KNOB, SEMI_AR
@@ -74,7 +73,7 @@ def frontier(predictor, families, modes, n_items: int, gen_length: int = DEFAULT
         decode_cell(predictor, cell, items[cell.task], batch_size, bar)
     bar.close()
     ref = {(cell.task, cell.mode): cell for point, cell in cells if point == points[0]}
-    return [{**_row(cell, ref[(cell.task, cell.mode)], batch_size), "sweep": point.sweep, "knob": point.knob,
+    return [{**cell_row(cell, ref[(cell.task, cell.mode)], batch_size), "sweep": point.sweep, "knob": point.knob,
              "value": point.value} for point, cell in cells]
 
 
@@ -94,40 +93,52 @@ def _gen(gen_length: int, modes) -> int:
     return gen_length
 
 
-def frontier_main(args, argv) -> int:
-    """``python -m dico.bench frontier``: every point on the chosen families and modes, one process."""
-    n_items = args.items or (QUICK_ITEMS if args.quick else FULL_ITEMS)
-    gen_length = DEFAULT_GEN_LENGTH if args.gen is None else args.gen
-    try:
-        _items(n_items)
-        families, modes = _families(args.families), _modes(args.modes)
-        _gen(gen_length, modes)
-        if args.lengths:
-            raise ValueError(f"lengths: the frontier takes --gen (semi-AR in blocks of {DEFAULT_BLOCK_LENGTH})")
-        if args.jobs < 1 or args.batch_size < 1:
-            raise ValueError(f"jobs, batch_size: must be >= 1 (each process decodes whole (family, mode) cells and "
-                             f"batches their items), got {args.jobs}, {args.batch_size}")
-        import torch
+@dataclass(frozen=True)
+class Plan:
+    families: tuple
+    modes: tuple
+    n_items: int
+    gen_length: int
+    batch_size: int
+    jobs: int
 
-        torch.set_num_threads(1)    # on a shared, loaded CPU two threads spin against each other: 40x slower passes
-        model = bench_model(args)
-        predictor = load_bench_model(model)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    where, start = machine(args.jobs, model), time.time()
-    title = f"Speed-accuracy frontier: gen {gen_length}" + (
-        f", semi-AR in blocks of {DEFAULT_BLOCK_LENGTH}" if SEMI_AR in modes else "")
-    print(f"{title}: model {predictor.name}, {n_items} held-out items per family, {len(sweep(gen_length))} points, "
-          f"batch size {args.batch_size}, on {where}", flush=True)
-    if args.jobs > 1:
-        rows = in_processes(functools.partial(frontier_cell, n_items=n_items, gen_length=gen_length,
-                                              batch_size=args.batch_size), model,
-                            [(family, mode) for family in families for mode in modes], args.jobs,
-                            progress=not args.no_progress, desc="frontier cells")
+    @property
+    def title(self) -> str:
+        return f"Speed-accuracy frontier: gen {self.gen_length}" + (
+            f", semi-AR in blocks of {DEFAULT_BLOCK_LENGTH}" if SEMI_AR in self.modes else "")
+
+
+def plan(args) -> Plan:
+    n_items = options.item_count(args)
+    families, modes = options.families(args.families), options.modes(args.modes)
+    gen_length = _gen(DEFAULT_GEN_LENGTH if args.gen is None else args.gen, modes)
+    options.at_least_one(jobs=args.jobs, batch_size=args.batch_size)
+    return Plan(families, modes, n_items, gen_length, args.batch_size, args.jobs)
+
+
+def measure(plan: Plan, session: Session) -> Report:
+    """Every point on the chosen families and modes, in this process or a (family, mode) cell per process."""
+    where, about = session.where(plan.jobs), session.about()
+    print(f"{plan.title}: model {about['model']}, {plan.n_items} held-out items per family, "
+          f"{len(sweep(plan.gen_length))} points, batch size {plan.batch_size}, on {where}", flush=True)
+    if plan.jobs > 1:
+        rows = in_processes(functools.partial(frontier_cell, n_items=plan.n_items, gen_length=plan.gen_length,
+                                              batch_size=plan.batch_size), session.model,
+                            [(family, mode) for family in plan.families for mode in plan.modes], plan.jobs,
+                            progress=session.progress, desc="frontier cells")
     else:
-        rows = frontier(predictor, families, modes, n_items, gen_length, args.batch_size, progress=not args.no_progress)
-    _report(args, argv, frontier_markdown(rows, title), start, {
-        "title": title, "model": predictor.name, "model_step": training_step(args.model), "gen_length": gen_length,
-        "block_length": DEFAULT_BLOCK_LENGTH, "batch_size": args.batch_size, "machine": where, "rows": rows})
-    return 0
+        rows = frontier(session.predictor, plan.families, plan.modes, plan.n_items, plan.gen_length, plan.batch_size,
+                        progress=session.progress)
+    return Report(frontier_markdown(rows, plan.title), {
+        "title": plan.title, **about, "gen_length": plan.gen_length, "block_length": DEFAULT_BLOCK_LENGTH,
+        "batch_size": plan.batch_size, "machine": where, "rows": rows})
+
+
+def register(subparsers) -> None:
+    parser = add_measure(subparsers, "frontier", "accuracy against passes as each method's main knob turns",
+                         Subcommand(plan, measure, threads=1), __doc__)
+    options.add_items(parser)
+    parser.add_argument("--gen", type=int, default=None, help=f"answer length (default {DEFAULT_GEN_LENGTH}; "
+                        f"semi-AR in blocks of {DEFAULT_BLOCK_LENGTH})")
+    options.add_batching(parser, jobs="processes decoding (family, mode) cells side by side, one torch thread each")
+    options.add_scope(parser)

@@ -28,7 +28,7 @@ def machine(jobs: int = 1, model=(None, None, None)) -> str:
     if device.type == "cuda":
         return (f"{torch.cuda.get_device_name(device)} in {str(dtype).removeprefix('torch.')} ({cpu}), torch "
                 f"{torch.__version__}" + (f", {jobs} processes" if jobs > 1 else ""))
-    return (cpu + f", {_count(torch.get_num_threads(), 'torch thread')}, torch {torch.__version__}" +
+    return (cpu + f", {counted(torch.get_num_threads(), 'torch thread')}, torch {torch.__version__}" +
             ("" if dtype == torch.float32 else f", in {str(dtype).removeprefix('torch.')}") +
             (f", {jobs} processes of 1 torch thread" if jobs > 1 else ""))
 
@@ -60,5 +60,6 @@ def decoded_on(model: tuple) -> dict:
     return {"device": device.type, "dtype": str(dtype).removeprefix("torch.")}
 
 
-def _count(n: int, noun: str) -> str:
+def counted(n: int, noun: str) -> str:
+    """``n`` and its noun, in the plural unless it is 1."""
     return f"{n} {noun}{'' if n == 1 else 's'}"

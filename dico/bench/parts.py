@@ -18,7 +18,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from dico.bench import benchmark
 from dico.bench.hardware import load_bench_model
 
 
@@ -80,10 +79,11 @@ class Parts:
         os.replace(tmp, path)
 
 
-def run_parts(model, configs, families, modes, n_items: int, lengths, batch_size: int, jobs: int = 1,
+def run_parts(decode, model, configs, families, modes, n_items: int, lengths, batch_size: int, jobs: int = 1,
               parts=None, predictor=None, progress: bool = True) -> tuple[list[dict], dict]:
-    """``run``'s rows, decoded one (family, length, mode) part at a time, and how: the parts, how many came from
-    ``parts`` and the decoding seconds of all of them (one process each, summed).
+    """The rows of ``decode`` (``dico.bench.benchmark.run``: a module-level function, so that it pickles), decoded
+    one (family, length, mode) part at a time, and how: the parts, how many came from ``parts`` and the decoding
+    seconds of all of them (one process each, summed).
 
     With ``jobs > 1`` each part runs in its own process: on a CPU the forward pass is compute-bound, so batching
     gains little there, while a process per core decodes in parallel. With ``parts`` (a ``dico.bench.parts.Parts``)
@@ -110,14 +110,13 @@ def run_parts(model, configs, families, modes, n_items: int, lengths, batch_size
 
     if jobs > 1 and todo:
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_part, model, configs, (family,), (mode,), n_items, (pair,), batch_size):
+            futures = {pool.submit(_part, decode, model, configs, (family,), (mode,), n_items, (pair,), batch_size):
                        (family, pair, mode) for family, pair, mode in todo}
             for future in tqdm(as_completed(futures), total=len(todo), desc="bench parts", disable=not progress):
                 finish(futures[future], *future.result())
     for family, pair, mode in (todo if jobs <= 1 else ()):
         start = time.perf_counter()
-        rows = benchmark.run(predictor, configs, (family,), (mode,), n_items, (pair,), batch_size,
-                             progress=progress)
+        rows = decode(predictor, configs, (family,), (mode,), n_items, (pair,), batch_size, progress=progress)
         finish((family, pair, mode), rows, time.perf_counter() - start)
     resumed = len(order) - len(todo)
     return [row for part in order for row in done[part]], {"parts": len(order), "parts_resumed": resumed,
@@ -143,11 +142,11 @@ def _predictor(model: tuple):
     return _PREDICTORS[model]
 
 
-def _part(model, *args) -> tuple[list[dict], float]:
+def _part(decode, model, *args) -> tuple[list[dict], float]:
     """One process's part of ``run_parts``: its rows and the seconds they took."""
     predictor = _predictor(model)
     start = time.perf_counter()
-    rows = benchmark.run(predictor, *args, progress=False)
+    rows = decode(predictor, *args, progress=False)
     return rows, time.perf_counter() - start
 
 

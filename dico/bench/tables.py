@@ -1,12 +1,15 @@
-"""The benchmark's files and tables: reading a result JSON (old files included), Table 1 and the throughput
-table as Markdown, and README's benchmark block. Plain Python: the app reads these without torch."""
+"""The benchmark's files and tables: reading a result JSON (old files included) and every table as Markdown, each
+from the rows (and record) its command writes, so a table regenerated from the committed JSON is the one the
+command printed. ``render(record)`` picks the table by what the record holds. Plain Python: the app reads these
+without torch.
+"""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from dico.bench.core import wilson
+from dico.bench.hardware import counted
 from dico.settings import METHOD_LABELS, MODES
-
 
 ROW_FIELDS = ("method", "label", "mode", "task", "n", "accuracy", "nfe_mean", "tokens_per_s", "speedup_nfe",
               "speedup_wall")
@@ -18,7 +21,8 @@ def read_results(path, fields=ROW_FIELDS) -> tuple[list[dict], dict]:
     """Rows and the run's own record (title, command, machine, seconds) of a ``--json`` file written by
     ``dico.bench``, checked field by field (the app shows them). Files from before rows carried ``label`` (their
     ``method`` was the display label) are read with the method id restored."""
-    data = json.loads(open(path, encoding="utf-8").read())
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
     rows = data.get("rows") if isinstance(data, dict) else None
     if not isinstance(rows, list) or not rows:
         raise ValueError(f"{path}: no benchmark rows")
@@ -59,7 +63,8 @@ def markdown(rows, title: str) -> str:
                     if r is None:
                         cells += ["-"] * 4
                         continue
-                    ci = f" ({100 * r['accuracy_low']:.0f}-{100 * r['accuracy_high']:.0f})" if "accuracy_low" in r else ""
+                    ci = (f" ({100 * r['accuracy_low']:.0f}-{100 * r['accuracy_high']:.0f})" if "accuracy_low" in r
+                          else "")
                     cells += [f"{100 * r['accuracy']:.1f}%{ci}", _x(r["nfe_mean"], r["speedup_nfe"]),
                               _x(r.get("answer_nfe_mean"), r.get("speedup_answer_nfe")),
                               f"{r['tokens_per_s']:.0f} ({r['speedup_wall']:.1f}x)"]
@@ -95,7 +100,8 @@ def throughput_markdown(rows) -> str:
     batches = list(dict.fromkeys(r["batch_size"] for r in rows))
     labels = list(dict.fromkeys(r["label"] for r in rows))
     lines = ["**Throughput by batch size**", "",
-             "| Method | " + " | ".join(f"batch {b} tokens/s" for b in batches) + " |", "|" + "---|" * (1 + len(batches))]
+             "| Method | " + " | ".join(f"batch {b} tokens/s" for b in batches) + " |",
+             "|" + "---|" * (1 + len(batches))]
     for label in labels:
         cells = {r["batch_size"]: r for r in rows if r["label"] == label}
         lines.append(f"| {label} | " + " | ".join(f"{cells[b]['tokens_per_s']:.0f} ({cells[b]['speedup_batch']:.2f}x)"
@@ -106,36 +112,139 @@ def throughput_markdown(rows) -> str:
             f"{changed} of {rows[0]['n'] * (len(batches) - 1) * len(labels)} texts differ from batch "
             f"{batches[0]}'s (another order of sums in a batch: near decisions).")
     lines += ["", f"The same {rows[0]['n']} held-out prompts ({families}), gen {rows[0]['gen_length']} non-AR, at "
-                  f"each batch size one after the other; (x) against batch 1; {same}"]
+                  f"each batch size one after the other; (x) against batch {batches[0]}; {same}"]
     return "\n".join(lines)
 
 
-README_RESULTS = ("table1", "table1_256", "frontier", "throughput", "ablation_tg", "ablation_margin", "ablation_seeds",
-                  "ablation_conquer", "ablation_authors")
-README_MARKERS = ("<!-- bench:start -->", "<!-- bench:end -->")
 
 
-def readme_section(folder) -> str:
-    """The README's benchmark block: every shipped table, each with the command, time and machine that made it."""
-    parts = []
-    for name in README_RESULTS:
-        if not (Path(folder) / f"{name}.json").exists():
-            continue
-        _, run = read_results(Path(folder) / f"{name}.json", THROUGHPUT_FIELDS if name == "throughput" else ROW_FIELDS)
-        table = (Path(folder) / f"{name}.md").read_text().strip()
-        image = next((f for f in (f"{name}.png", f"{name}.html") if (Path(folder) / f).exists()), None)
-        if image:           # a figure drawn from the same rows (python -m visuals.export)
-            table = (f"![{run['title']}](assets/bench/{image})\n\n" if image.endswith(".png") else
-                     f"[{run['title']}: the figure](assets/bench/{image}) (HTML, opens in a browser)\n\n") + table
-        weights = f"; {run['model']} at training step {run['model_step']:,}" if run.get("model_step") else ""
-        resumed = (f"; {run['parts_resumed']} of its {run['parts']} parts decoded by earlier runs of the command, "
-                   f"{run['decode_seconds'] / 60:.1f} min of decoding in all" if run.get("parts_resumed") else "")
-        parts.append(f"{table}\n\n`{run['command']}` ({run['seconds'] / 60:.1f} min on {run['machine']}{weights}"
-                     f"{resumed})")
-    return "\n\n".join(parts)
+BREAK_KINDS = ("repeat", "mixed", "malformed")
 
 
-def splice_readme(readme: str, section: str) -> str:
-    start, end = README_MARKERS
-    head, rest = readme.split(start, 1)
-    return f"{head}{start}\n{section}\n{end}{rest.split(end, 1)[1]}"
+def _said(example: dict | None) -> str:
+    """A break as the table quotes it: the answer and, when one step committed its clash, that step's tokens."""
+    if example is None:
+        return "—"
+    said = f"“{example['text']}”"
+    if example.get("step"):
+        s = example["step"]
+        said += (f": step {s['index']} ({s['phase']}) committed " + " + ".join(
+            f"`{t.strip()}` ({c:.2f})" for t, c in zip(s["tokens"], s["confidence"])))
+    return said
+
+
+def _broken_by_cache(r: dict) -> str:
+    if "broken_by_cache" not in r:
+        return "— | — | "
+    return (f"{r['broken_by_cache']}: {' / '.join(str(r['broken'][k]) for k in BREAK_KINDS)} "
+            f"({r['broken_together']}) | {r['mended_by_cache']} | ")
+
+
+def breaks_markdown(rows: list[dict], title: str) -> str:
+    """``python -m dico.bench breaks``: a row per family, mode and lane; with a cache lane, what the cache broke."""
+    cached = any("broken_by_cache" in r for r in rows)
+    lines = [f"**{title}**", "", "| family | mode | lane | right [95%] | passes | wrong: repeat / mixed / malformed | "
+             "wrong, clashing tokens committed by one step | right, 2+ choice tokens committed by one step | "
+             + ("the cache broke: repeat / mixed / malformed (by one step) | mended | " if cached else "")
+             + "a break |", "|---|---|---|---|---|---|---|---|" + ("---|---|" if cached else "") + "---|"]
+    for r in rows:
+        wrong = r["n"] - r["right"]
+        by_cache = _broken_by_cache(r) if cached else ""
+        low, high = wilson(r["right"], r["n"])
+        lines.append(f"| {r['family']} | {r['mode']} | {r['label']} | {r['right']}/{r['n']} [{100 * low:.0f}-"
+                     f"{100 * high:.0f}%] | {r['nfe_mean']:.1f} | {r['repeat']} / "
+                     f"{r['mixed']} / {r['malformed']} | {r['wrong_together']} of {wrong} | {r['right_together']} of "
+                     f"{r['right']} | {by_cache}{_said(r['example'])} |")
+    return "\n".join(lines)
+
+
+def _num(value, spec: str = ".1f", unit: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{unit}"
+
+
+def cache_markdown(rows: list[dict], title: str) -> str:
+    """The cache benchmark as a Markdown table: accuracy without -> with the cache (95% interval of the first)."""
+    lines = [f"**{title}**", "", "| Method | mode | gen / block | cache | n | accuracy: none [95%] -> cache | text "
+             "changed | NFE none -> cache | token forwards none -> cache | tokens/s none -> cache | speed-up |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        how = (f", refresh {r['cache_refresh']}" if r.get("cache_refresh") else "") + \
+            (", prompt computed" if r.get("cache_prompt") is False else "")      # the cache's settings besides its kind
+        lines.append(f"| {r['label']} | {r['mode']} | {r['gen_length']} / {r['block_length'] or '-'} | {r['cache']}"
+                     f"{how} | "
+                     f"{r['n']} | {100 * r['accuracy_none']:.1f}% [{100 * r['accuracy_none_low']:.0f}-"
+                     f"{100 * r['accuracy_none_high']:.0f}] -> {100 * r['accuracy_cache']:.1f}% | "
+                     f"{100 * r['changed']:.0f}% | {r['nfe_none']:.1f} -> {r['nfe_cache']:.1f} | "
+                     f"{r['token_forwards_none']:.0f} -> {r['token_forwards_cache']:.0f} | "
+                     f"{_num(r['tokens_per_s_none'])} -> {_num(r['tokens_per_s_cache'])} | "
+                     f"{_num(r['speedup_wall'], '.2f', 'x')} |")
+    return "\n".join(lines)
+
+
+def _per_family(rows: list[dict]) -> int | None:
+    """Items per family of a cache part, from its first row (``n`` counts every family's items)."""
+    return rows[0]["n"] // len(rows[0]["families"]) if rows else None
+
+
+def cache_tables(record: dict) -> str:
+    """``python -m dico.bench cache``: the speed cases' table (when there are any), then the accuracy cases'."""
+    speed, accuracy = record["speed"], record["accuracy"]
+    n_items = record.get("items") or _per_family(accuracy)
+    tables = [cache_markdown(speed, f"KV cache speed (word problems, {counted(speed[0]['n'], 'item')})")] \
+        if speed else []
+    tables.append(cache_markdown(accuracy, f"KV cache accuracy (Table 1's items, {n_items} per family)"))
+    return "\n\n".join(tables)
+
+
+def speed_markdown(rows: list[dict], title: str) -> str:
+    """``python -m dico.bench speed``: each rule's selection time per step against the forward pass."""
+    lines = [f"**{title}**", "",
+             "| Method | steps | forward ms (median) | selection ms (median) | selection / forward |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {r['label']} | {r['steps']} | {r['forward_ms']:.2f} | {r['select_ms']:.3f} | "
+              f"{100 * r['select_share']:.1f}% |" for r in rows]
+    return "\n".join(lines)
+
+
+def gpu_cache_speed_markdown(rows: list[dict], title: str) -> str:
+    """``tests/gpu_cache_speed.py``: a LLaDA-shaped model's tokens/s with each cache kind on a GPU."""
+    lines = [title, "", "| mode | batch | cache | tokens/s | speed-up | token forwards |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['mode']} | {r['batch']} | {r['cache']} | {r['tokens_per_s']:.0f} | {r['speedup']:.2f}x | "
+              f"{r['token_forwards']} |" for r in rows]
+    return "\n".join(lines)
+
+
+def _has(*fields):
+    return lambda rows: bool(rows) and all(k in rows[0] for k in fields)
+
+
+# Each kind of result file: what its first row holds, and its table (the one the command that wrote it printed).
+KINDS = (
+    ("frontier", _has("sweep", "knob", "value"), frontier_markdown),
+    ("breaks", _has("right_together", "wrong_together"), breaks_markdown),
+    ("throughput", _has("speedup_batch"), lambda rows, title: throughput_markdown(rows)),
+    ("speed", _has("select_ms", "forward_ms"), speed_markdown),
+    ("gpu cache speed", _has("batch", "cache", "speedup", "token_forwards"), gpu_cache_speed_markdown),
+    ("table", _has(*ROW_FIELDS), markdown),         # Table 1 and the ablations
+)
+
+
+def kind(record: dict) -> str:
+    """What a result file holds: cache (its speed and accuracy rows) or one of ``KINDS``; ValueError if none."""
+    if isinstance(record, dict) and "speed" in record and "accuracy" in record:
+        return "cache"
+    rows = record.get("rows") if isinstance(record, dict) else None
+    found = next((name for name, holds, _ in KINDS if isinstance(rows, list) and holds(rows)), None)
+    if found is None:
+        raise ValueError("no table renders this record: expected a cache record (speed, accuracy) or rows of one of "
+                         + ", ".join(name for name, _, _ in KINDS))
+    return found
+
+
+def render(record: dict) -> str:
+    """The Markdown table of a result file's record: what the command that wrote the file printed."""
+    name = kind(record)
+    if name == "cache":
+        return cache_tables(record)
+    renderer = next(r for n, _, r in KINDS if n == name)
+    return renderer(record["rows"], record.get("title", ""))

@@ -1,0 +1,110 @@
+"""What every bench shares: the configs of Table 1, a cell (one config decoding one family's items at one length
+and mode, as one batched run), decoding it, its row, and the Wilson interval every accuracy carries.
+
+Plain Python at import time (torch and the loop are imported where a cell is decoded), so the tables can use the
+interval without a model.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from dataclasses import dataclass, field
+
+from dico.embedded import tasks
+from dico.lanes import default_label
+from dico.settings import METHODS
+
+# (gen_length, semi-AR block_length): ours, sized to the embedded model's 20-70-token answers (three blocks
+# in semi-AR), and the paper's (section 5.1: 256 positions, semi-AR blocks of 128).
+LENGTHS = ((96, 32), (256, 128))
+# 200 items per family: a 95% interval of about +-5 points around 85% (40 gave +-11).
+FULL_ITEMS = 200
+QUICK_ITEMS = 4
+BATCH_SIZE = 8
+Z95 = 1.959964
+
+METHOD_ROWS = [(default_label(m), m, {}) for m in METHODS]     # every method at its paper settings ("Top-4 per step")
+# Table 1 also decodes DiCo as the authors' release does (dico.settings.AUTHORS_CODE), beside the paper's DiCo.
+AUTHORS_ROW = ("DiCo (authors' code)", "dico", {"authors_code": True})
+TABLE = METHOD_ROWS + [AUTHORS_ROW]
+REFERENCE = TABLE[0]            # Vanilla, one token a step: every Table 1 part's reference
+
+
+def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion: stays inside [0, 1] and is honest at 0% and 100%."""
+    if n == 0:
+        return 0.0, 1.0
+    p = correct / n
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))
+
+
+@dataclass
+class Cell:
+    """One table cell: a config decoding one family's items at one length and mode, as one batched run."""
+    label: str
+    method: str
+    settings: dict
+    mode: str
+    task: str
+    gen_length: int
+    block_length: int | None
+    correct: int = 0
+    n: int = 0
+    nfe: int = 0
+    answer_nfe: int = 0
+    forwards: int = 0
+    wall: float = 0.0
+    outcomes: list = field(default_factory=list)     # per item: right (0/1) and its text's digest
+
+
+def decode_cell(predictor, cell: Cell, items, batch_size: int, bar) -> None:
+    """Decode ``items`` with the cell's config as one batched run and fill in its counts; ``bar`` (tqdm) ticks
+    once per decoded item."""
+    from dico.batch import decode_batch, drain
+
+    bar.set_postfix_str(f"{cell.task} {cell.gen_length} {cell.mode} {cell.label}", refresh=True)
+    start = time.perf_counter()
+    runs = decode_batch(predictor, [item.prompt for item in items], cell.method, batch_size=batch_size,
+                        mode=cell.mode, gen_length=cell.gen_length, block_length=cell.block_length,
+                        settings=cell.settings)
+    traces = drain(runs, lambda: bar.update(1))
+    cell.wall = time.perf_counter() - start
+    cell.n = len(traces)
+    cell.outcomes = [(int(tasks.check(item, trace.text)), text_digest(trace.text))
+                     for item, trace in zip(items, traces)]
+    cell.correct = sum(right for right, _ in cell.outcomes)
+    cell.nfe = sum(trace.nfe for trace in traces)
+    cell.answer_nfe = sum(trace.answer_nfe for trace in traces)
+    cell.forwards = sum(trace.token_forwards for trace in traces)
+
+
+def text_digest(text: str) -> str:
+    """A decoded text's fingerprint: enough to tell whether two decodes of one item wrote the same text."""
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def cell_row(cell: Cell, ref: Cell, batch_size: int) -> dict:
+    """A decoded cell's row: accuracy with its interval, passes, tokens/s and the speed-ups against ``ref`` (the
+    reference decoded on the same items in the same run), and its per-item outcomes."""
+    tps = cell.n * cell.gen_length / cell.wall if cell.wall else 0.0
+    ref_tps = ref.n * ref.gen_length / ref.wall if ref.wall else 0.0
+    low, high = wilson(cell.correct, cell.n)
+    return {"method": cell.method, "label": cell.label, "mode": cell.mode, "task": cell.task,
+            "gen_length": cell.gen_length, "block_length": cell.block_length, "batch_size": batch_size,
+            "n": cell.n, "correct": cell.correct, "accuracy": round(cell.correct / cell.n, 4),
+            "accuracy_low": round(low, 4), "accuracy_high": round(high, 4),
+            "nfe_mean": round(cell.nfe / cell.n, 2), "answer_nfe_mean": round(cell.answer_nfe / cell.n, 2),
+            "token_forwards_mean": round(cell.forwards / cell.n, 1),
+            "tokens_per_s": round(tps, 1), "speedup_nfe": round(ref.nfe / cell.nfe, 2),
+            "speedup_answer_nfe": round(ref.answer_nfe / cell.answer_nfe, 2) if cell.answer_nfe else 0.0,
+            "speedup_wall": round(tps / ref_tps, 2) if ref_tps else 0.0, "settings": cell.settings,
+            # kept in the saved parts (the cache bench compares its cached decodes with them), not in the report
+            "outcomes": {"correct": "".join(str(c) for c, _ in cell.outcomes),
+                         "text": [digest for _, digest in cell.outcomes]}}
+
+
+def without_outcomes(rows: list[dict]) -> list[dict]:
+    """Rows as a report writes them: the per-item outcomes stay in the saved parts."""
+    return [{k: v for k, v in row.items() if k != "outcomes"} for row in rows]
