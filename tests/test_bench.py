@@ -359,3 +359,41 @@ def test_the_command_lines_in_the_docs_name_the_same_subcommand_as_before(argv, 
     top, names = parser()
     args = top.parse_args(with_subcommand(argv, names))
     assert args.what == what and callable(args.run)
+
+
+def _command_lines() -> list[str]:
+    """Every ``python -m dico.bench`` command line the README, the docs and the result files' records show (an
+    inline code span broken over two lines joined; shell comments and a trailing ``&`` left out)."""
+    import json
+    import re
+
+    found = [json.loads(p.read_text()).get("command", "") for p in sorted((ROOT / "assets" / "bench").rglob("*.json"))
+             if "parts" not in p.parts and isinstance(json.loads(p.read_text()), dict)]
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        lines = page.read_text().splitlines() + [""]
+        for i, line in enumerate(lines):
+            at = line.find("python -m dico.bench ")
+            if at < 0:
+                continue
+            text = line[at:]
+            if line[:at].count("`") % 2 and "`" not in text:       # an inline span going on on the next line
+                text += " " + lines[i + 1].split("`")[0]
+            found.append(re.split(r"[`\"#]", text)[0])
+    return sorted({c.strip().rstrip("&),. ").strip() for c in found if c.startswith("python -m dico.bench ")})
+
+
+def test_every_command_line_in_the_docs_and_the_result_files_still_parses():
+    """The commands that made the shipped tables, and those the docs tell a reader to run, keep their meaning: each
+    names a subcommand and its options parse (``--help`` text aside, nothing is run)."""
+    import shlex
+
+    from dico.bench.cli import parser, with_subcommand
+
+    commands = _command_lines()
+    assert len(commands) >= 20 and any(c.startswith("python -m dico.bench ablation") for c in commands)
+    for command in commands:
+        top, names = parser()
+        try:
+            top.parse_args(with_subcommand(shlex.split(command)[3:], names))
+        except SystemExit:
+            pytest.fail(f"no longer parses: {command}")
