@@ -9,12 +9,15 @@
     for trace, step in dico.decode(predictor, prompt, "dico"): ...      # one step at a time (stream, stop, race)
     lanes = dico.parse_lanes(["vanilla", {"method": "topk", "settings": {"k": 4}}])   # a race's lanes, checked
     traces = dico.generate_batch(predictor, prompts, "dico", batch_size=8)   # many prompts per forward pass
+    trace = dico.generate(predictor, prompt, "topk", constraints={0: "The", 3: "leader"})   # words fixed first
+    forked = dico.fork(predictor, trace, at=5, force={7: "Gill"}, remask=[8])  # rewind to step 5, edit, go on
 """
 import importlib
 
 # Lazy exports: ``import dico.trace`` (the figures' only dependency) must not pull in torch.
 _EXPORTS = {
     "Decoding": "dico.loop", "decode": "dico.loop", "generate": "dico.loop",
+    "fork": "dico.state", "decode_fork": "dico.state", "parse_constraints": "dico.state",
     "decode_batch": "dico.batch", "generate_batch": "dico.batch",
     "EMBEDDED_NAME": "dico.models", "MaskPredictor": "dico.models", "ModelError": "dico.models",
     "from_module": "dico.models", "load_model": "dico.models",

@@ -35,6 +35,16 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _gen_length(text: str):
+    """--gen-length: a whole number or "auto" (checked again, naming the field, by the library)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number or auto, got {text!r}") from None
+
+
 def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -92,11 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
                           "decoding its prompt alone")
     gen.add_argument("--method", choices=METHODS, default="dico",
                      help="vanilla: one token a step; topk: naive top-k, --k tokens a step; fast: Fast-dLLM "
-                          "threshold; fast-factor: Fast-dLLM factor; dico: divide, conquer, finalize (default)")
+                          "threshold; fast-factor: Fast-dLLM factor; dico: divide, conquer, finalize (default); eb: "
+                          "EB-Sampler; klass: KLASS; wino: WINO (takes tokens back); saber: Saber (takes tokens back)")
     gen.add_argument("--mode", choices=MODES, default=NON_AR,
                      help="non-ar: the whole answer is one window; semi-ar: blocks of --block-length left to right")
-    gen.add_argument("--gen-length", type=int, default=DEFAULT_GEN_LENGTH,
-                     help=f"number of answer positions (default {DEFAULT_GEN_LENGTH})")
+    gen.add_argument("--gen-length", type=_gen_length, default=DEFAULT_GEN_LENGTH,
+                     help=f"number of answer positions (default {DEFAULT_GEN_LENGTH}), or auto: the model chooses it "
+                          "before decoding, as DAEDAL's initial-length phase does")
     gen.add_argument("--block-length", type=int, default=DEFAULT_BLOCK_LENGTH,
                      help=f"block size in semi-ar mode (default {DEFAULT_BLOCK_LENGTH})")
     gen.add_argument("--model", default=None,
@@ -111,6 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "bundle of traces, readable by the app's replay)")
     gen.add_argument("--capture-attention", action="store_true",
                      help="record stage-averaged attention maps in the trace (every model kind)")
+    gen.add_argument("--constrain", metavar="OFFSET:WORD,...", default=None,
+                     help="words fixed at response offsets before decoding, as LLaDA's demo takes them: \"0:The,5:leader\" "
+                          "(a word of several tokens fills the positions after its offset)")
+    fork = gen.add_argument_group("forks (rewind a saved run to a step, edit it, decode on)")
+    fork.add_argument("--fork", metavar="TRACE.json", help="fork this trace (written by --json or the app) instead of "
+                      "decoding a prompt; the method, mode, lengths and settings are the trace's unless given")
+    fork.add_argument("--lane", default=None, help="the lane to fork when the file holds several (the app's download)")
+    fork.add_argument("--at", type=int, default=None, help="the step to fork before (the fork keeps the trace's "
+                      "steps 0..at-1); default: the last step")
+    fork.add_argument("--force", metavar="POS=WORD,...", default=None,
+                      help="write these tokens before the fork's first step (a word, or #id for a token id): 7=Gill")
+    fork.add_argument("--remask", metavar="POS,...", default=None, help="take these decoded positions back to the mask")
     add_settings_options(gen)
     table = sub.add_parser("settings", help="print every method's settings as Markdown tables (docs/settings.md)",
                            description="Print every method's settings (default, range, the paper's and the authors' "
@@ -144,17 +168,80 @@ def _prompts(args) -> list[str]:
     return prompts
 
 
+def _edits(args) -> tuple[dict, list[int]]:
+    """--force 7=Gill,9=#123 and --remask 8,10 as the fork's edits (ValueError naming the option)."""
+    force = {}
+    for part in filter(None, (p.strip() for p in (args.force or "").split(","))):
+        pos, sep, word = part.partition("=")
+        if not sep or not pos.strip().isdigit() or not word.strip():
+            raise ValueError(f"force: {part!r} is not position=word (e.g. 7=Gill, or 7=#123 for a token id)")
+        word = word.strip()
+        force[int(pos)] = int(word[1:]) if word.startswith("#") and word[1:].isdigit() else word
+    try:
+        remask = [int(p) for p in (args.remask or "").split(",") if p.strip()]
+    except ValueError:
+        raise ValueError(f"remask: {args.remask!r} is not a list of positions (e.g. 8,10)") from None
+    return force, remask
+
+
+def _parent(args):
+    """The trace to fork: the file's one trace, or the lane named by --lane in a bundle the app downloaded."""
+    from dico.trace import read_traces
+    try:
+        with open(args.fork, "rb") as source:
+            traces = read_traces(source.read())
+    except OSError as exc:
+        raise ValueError(f"fork: cannot read {args.fork} ({exc.strerror or exc})") from None
+    if args.lane is not None:
+        named = [t for t in traces if t.name == args.lane]
+        if not named:
+            raise ValueError(f"lane: no lane {args.lane!r} in {args.fork}; it holds {', '.join(t.name for t in traces)}")
+        return named[0]
+    if len(traces) > 1:
+        raise ValueError(f"lane: {args.fork} holds {len(traces)} lanes ({', '.join(t.name for t in traces)}); name "
+                         "one with --lane")
+    return traces[0]
+
+
+def _fork_main(args) -> int:
+    """``generate --fork run.json``: rewind the saved run, apply the edits, decode on, print as generate does."""
+    from dico.models import load_model
+    from dico.settings import settings_for
+    from dico.state import fork
+    from dico.trace import Trace, TraceError
+    try:
+        force, remask = _edits(args)
+        parent = _parent(args)
+        at = parent.nfe if args.at is None else args.at
+        method = args.method if args.method_given else None
+        settings = settings_for(method, given_settings(args)) if method else None
+        predictor = load_model(args.model, trust_remote_code=args.trust_remote_code, device=args.device,
+                               dtype=args.dtype, chat=False if args.no_chat else None)
+        trace = fork(predictor, parent, at, force=force, remask=remask, method=method, settings=settings)
+    except (ValueError, TraceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return _report([trace], args)
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(raw)
     if args.command == "settings":
         print(settings_markdown(args.method), end="")
         return 0
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    if args.fork:
+        args.method_given = "--method" in raw or any(a.startswith("--method=") for a in raw)
+        return _fork_main(args)
+    if args.at is not None or args.force or args.remask:
+        print("error: at: --at, --force and --remask edit a fork; give --fork TRACE.json", file=sys.stderr)
+        return 2
     from dico.batch import generate_batch
     from dico.loop import check_inputs
     from dico.models import load_model
     from dico.settings import settings_for
-    from dico.trace import bundle_json
+    from dico.state import parse_constraints
     block_length = args.block_length if args.mode == SEMI_AR else None
     try:
         # refuse bad input before loading the model: a hub model can take minutes to download and load
@@ -164,14 +251,21 @@ def main(argv=None) -> int:
         settings = settings_for(args.method, given_settings(args))
         if args.batch_size < 1:
             raise ValueError(f"batch_size: must be a whole number >= 1, got {args.batch_size}")
+        constraints = parse_constraints(args.constrain) if args.constrain else None
         predictor = load_model(args.model, trust_remote_code=args.trust_remote_code, device=args.device,
                                dtype=args.dtype, chat=False if args.no_chat else None)
         traces = generate_batch(predictor, prompts, args.method, batch_size=args.batch_size, mode=args.mode,
                                 gen_length=args.gen_length, block_length=block_length, settings=settings,
-                                capture_attention=args.capture_attention)
+                                capture_attention=args.capture_attention, constraints=constraints)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return _report(traces, args)
+
+
+def _report(traces, args) -> int:
+    """Write --json if asked, and print each answer with its nfe=... line."""
+    from dico.trace import bundle_json
     if args.json:
         try:
             with open(args.json, "w", encoding="utf-8") as out:

@@ -54,6 +54,13 @@ def decode_batch(predictor: MaskPredictor, prompts: Sequence[str], method: str =
                 active.append((index, run))
             if not active:
                 break
+            if active[0][1].verifies:            # WINO: its verifying pass is one sequence at a time (same commits)
+                for index, run in active:
+                    t0 = time.perf_counter()
+                    logits, attentions = run.forward()
+                    yield index, run.trace, run.step(logits, attentions, time.perf_counter() - t0)
+                active = [(index, run) for index, run in active if not run.done]
+                continue
             lengths = [run.ids.shape[1] for _, run in active]
             ids = torch.full((len(active), max(lengths)), pad_id, dtype=torch.long)        # b, l
             for row, (_, run) in enumerate(active):

@@ -65,6 +65,7 @@ class Cache:
         self.since = 0                      # passes since the last refresh
         self.positions = torch.arange(0)    # this pass's computed positions (sequence offsets, ascending)
         self.refreshed = False
+        self.retaken = torch.zeros(prompt_length + gen_length, dtype=torch.bool)   # taken back, not computed since
 
     @property
     def length(self) -> int:
@@ -91,10 +92,20 @@ class Cache:
                 need[:self.m] = True
             if self.shift:                                  # the logits of position i come from position i - shift
                 need[:-self.shift] |= need[self.shift:].clone()
+            if bool((self.retaken & ~need).any()):          # a token taken back where this pass would not look:
+                self.refreshed, self.since = True, 0        # its cached keys and values are stale, refresh them all
+                need = torch.ones(self.length, dtype=torch.bool)
+        self.retaken[need] = False
         self.since += 1
         self.positions = torch.nonzero(need).flatten()
         self.fresh[self.positions] = ~full[self.positions]
         return self.positions
+
+    def taken_back(self, positions: torch.Tensor) -> None:
+        """A revising rule took these response positions back to the mask: their cached keys and values still hold
+        the tokens they had, so a pass that would not compute them refreshes instead (``plan``)."""
+        self.retaken[self.m + positions] = True
+        self.fresh[self.m + positions] = False
 
     @property
     def token_forwards(self) -> int:

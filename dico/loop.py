@@ -22,13 +22,15 @@ from collections.abc import Generator
 import torch
 
 from dico.cache import Cache, cache_shift, forward_for, uncached_token_forwards
+from dico.length import AUTO, auto_length
+from dico.state import encode_fixed
 from dico.models import MaskPredictor
 from dico.lanes import default_label
 from dico.methods import make_rule
 from dico.rules import Choice, Scores, plan
 from dico.sampling import Sampler
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, MAX_PROMPT_CHARS, METHODS, MODES, NON_AR, \
-    SEMI_AR, Settings
+    PASS_LIMIT, SEMI_AR, Settings
 from dico.trace import STAGES, AttentionStages, Step, Trace
 
 CONFIDENCE_DIGITS = 5       # the trace rounds confidences to this many digits (its JSON stays small)
@@ -44,8 +46,13 @@ def check_inputs(prompt: str, method: str, mode: str, gen_length: int, block_len
         raise ValueError(f"method: unknown method {method!r}; choose from {', '.join(METHODS)}")
     if mode not in MODES:
         raise ValueError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
+    if gen_length == AUTO:                                  # the model chooses it (dico.length); blocks round it up
+        if mode == SEMI_AR and (not isinstance(block_length, int) or isinstance(block_length, bool)
+                                or block_length < 1):
+            raise ValueError(f"block_length: must be a whole number >= 1, got {block_length!r}")
+        return
     if not isinstance(gen_length, int) or isinstance(gen_length, bool) or gen_length < 1:
-        raise ValueError(f"gen_length: must be a whole number >= 1, got {gen_length!r}")
+        raise ValueError(f"gen_length: must be a whole number >= 1 or 'auto', got {gen_length!r}")
     if mode == SEMI_AR:
         if not isinstance(block_length, int) or isinstance(block_length, bool) or not 1 <= block_length <= gen_length:
             raise ValueError(f"block_length: must be a whole number in 1..gen_length ({gen_length}), got {block_length!r}")
@@ -61,6 +68,8 @@ def check_request(predictor: MaskPredictor, prompt: str, method: str, mode: str,
     if len(prompt_ids) >= predictor.max_length:       # no room for even one answer token: the prompt is at fault
         raise ValueError(f"prompt: is {len(prompt_ids)} tokens; the model's {predictor.max_length} positions must "
                          "hold the prompt and the answer; shorten the prompt")
+    if gen_length == AUTO:
+        return prompt_ids
     if len(prompt_ids) + gen_length > predictor.max_length:
         raise ValueError(f"gen_length: prompt ({len(prompt_ids)} tokens) + gen_length ({gen_length}) exceeds the "
                          f"model's {predictor.max_length} positions; shorten the prompt or lower gen_length "
@@ -107,11 +116,24 @@ class Decoding:
 
     def __init__(self, predictor: MaskPredictor, prompt: str, method: str = "dico", *, mode: str = NON_AR,
                  gen_length: int = DEFAULT_GEN_LENGTH, block_length: int | None = DEFAULT_BLOCK_LENGTH,
-                 settings: Settings | dict | None = None, capture_attention: bool = False, label: str | None = None):
+                 settings: Settings | dict | None = None, capture_attention: bool = False, label: str | None = None,
+                 constraints: dict | None = None):
         block_length = block_length if mode == SEMI_AR else None
         prompt_ids = check_request(predictor, prompt, method, mode, gen_length, block_length)
         self.rule = make_rule(method, mode, settings)
+        length_search = None
+        if gen_length == AUTO:                                  # settings checked first: a bad one runs nothing
+            gen_length, length_search = auto_length(predictor, prompt_ids, block_length)
         plan(self.rule, gen_length, block_length or gen_length)
+        self.signals = tuple(getattr(self.rule, "signals", ()))
+        self.verifies = "verify" in self.signals          # WINO: the pass appends a mirrored copy of the window
+        if self.verifies and self.rule.settings.cache != "none":
+            raise ValueError(f"cache: {method} verifies with a mirrored block that its pass appends to the sequence, "
+                             "which the KV caches do not compute; set cache to none")
+        if self.verifies and capture_attention:
+            raise ValueError(f"capture_attention: {method}'s verifying pass returns no attention maps; turn it off")
+        if self.verifies and self.rule.settings.cfg_scale:
+            raise ValueError(f"cfg_scale: {method}'s verifying pass has no classifier-free guidance; set cfg_scale to 0")
         self.sampler = Sampler(self.rule.settings, rank=self.rule.rank)
         self.cache = _cache_for(predictor, self.rule.settings, len(prompt_ids), gen_length)
         self.stops = predictor.stop_ids()
@@ -121,23 +143,77 @@ class Decoding:
         self.m, self.n = len(prompt_ids), gen_length
         self.ids = torch.tensor([prompt_ids + [predictor.mask_id] * gen_length], dtype=torch.long)   # 1, m + n (CPU)
         self.masked = torch.ones(gen_length, dtype=torch.bool)                                        # n
+        self.fixed = torch.zeros(gen_length, dtype=torch.bool)      # n: fixed by hand, never taken back
+        fixed = encode_fixed(predictor, constraints or {}, gen_length)       # words before decoding (dico.state)
+        self.max_passes = PASS_LIMIT * gen_length                    # a rule that would loop ends here
+        self.limit_reached = False
         settings_record = self.rule.settings.to_dict()
         if method == "dico":
             settings_record["seeds"] = self.rule.n_seeds      # the N in effect for this mode
         self.trace = Trace(model=predictor.name, method=method, mode=mode, settings=settings_record, prompt=prompt,
                            prompt_length=self.m, gen_length=gen_length, block_length=block_length,
-                           device=str(predictor.device), label=label or default_label(method, self.rule.settings))
+                           device=str(predictor.device), label=label or default_label(method, self.rule.settings),
+                           length_search=length_search,
+                           constraints={str(p): t for p, t in fixed.items()} or None)
         self.attention = AttentionAccumulator(predictor, self.m, gen_length) if capture_attention else None
         self.width = block_length or gen_length
         self.window: tuple[int, int] | None = None
         self.vocab: dict[int, str] = {}
         self.started = time.perf_counter()
         self.finished = False
+        self._fix(fixed)
         self._open_window()
 
     @property
     def done(self) -> bool:
-        return not bool(self.masked.any())
+        return self.limit_reached or not bool(self.masked.any())
+
+    def _fix(self, tokens: dict[int, int]) -> None:
+        """Write tokens at response positions and fix them: decoded from now on, never taken back."""
+        if tokens:
+            where = torch.tensor(list(tokens), dtype=torch.long)
+            self.ids[0, self.m + where] = torch.tensor(list(tokens.values()), dtype=torch.long)
+            self.masked[where] = False
+            self.fixed[where] = True
+            self.vocab.update((t, self.predictor.token_text(t)) for t in tokens.values())
+
+    def edit(self, forced: dict[int, int], taken: list[int]) -> None:
+        """Between two steps (a fork, ``dico.state``): force tokens (fixed from now on) and take decoded ones back.
+        The window reopens at the first block with masks, so a take-back in an earlier block is decoded again."""
+        self._fix(forced)
+        if taken:
+            where = torch.tensor(taken, dtype=torch.long)
+            self.ids[0, self.m + where] = self.predictor.mask_id
+            self.masked[where] = True
+            if self.cache is not None:
+                self.cache.taken_back(where)
+        if forced and self.cache is not None:
+            self.cache.taken_back(torch.tensor(list(forced), dtype=torch.long))   # stale: recompute them
+        if self.done or self.window is None:
+            return
+        if taken and min(taken) < self.window[0]:                   # reopen the earlier block (left to right)
+            self.window = None
+            self._open_window()
+        elif not self.masked[:self.window[1]].any():                # the edit finished the window
+            self._open_window()
+
+    def switch_rule(self, method: str, settings=None) -> None:
+        """Continue this decode with another method's rule (a fork racing another lane's): a fresh rule, sampler and
+        cache (its first pass refreshes), started on the current window."""
+        old = self.trace.method
+        self.rule = make_rule(method, self.trace.mode, settings)
+        plan(self.rule, self.n, self.width)
+        self.signals = tuple(getattr(self.rule, "signals", ()))
+        self.verifies = "verify" in self.signals
+        if self.verifies and self.rule.settings.cache != "none":
+            raise ValueError(f"cache: {method} verifies with a mirrored block; set cache to none")
+        self.sampler = Sampler(self.rule.settings, rank=self.rule.rank)
+        self.cache = _cache_for(self.predictor, self.rule.settings, self.m, self.n)
+        self.trace.method, self.trace.settings = method, self.rule.settings.to_dict()
+        self.trace.label = default_label(method, self.rule.settings)
+        if self.window is not None:
+            self.rule.start(self.window)
+        self.switched_from = old
 
     def _open_window(self) -> None:
         """Move to the first window that still has masks (semi-AR blocks left to right) and restart the rule."""
@@ -156,37 +232,72 @@ class Decoding:
 
     def forward(self):
         """This step's forward pass (two with classifier-free guidance): logits (l, v) on the model's device and
-        the attention maps when captured. A batch driver makes its own pass and hands each row to ``step``."""
+        the attention maps when captured. A batch driver makes its own pass and hands each row to ``step``.
+        A verifying rule's pass (WINO) appends the mirrored window: its logits are (l + w, v)."""
+        if self.verifies:
+            return self._verifying_forward(), None
         cache = self.plan_pass()
         logits, attentions = self.sampler.logits(self.predictor, self.ids, self.m,
                                                  attentions=self.attention is not None,
                                                  caches=None if cache is None else [cache])
         return logits[0], attentions
 
+    def _verifying_forward(self) -> torch.Tensor:
+        """WINO's pass: the sequence and, after it, a mirrored copy of the window (``dico.verify``): (l + w, v)."""
+        from dico.verify import verify_forward      # only the verifying rules need it
+        start, end = self.window
+        logits, mirror, _ = verify_forward(self.predictor, self.ids, (self.m + start, self.m + end))
+        return torch.cat([logits[0], mirror[0]])
+
     def step(self, logits: torch.Tensor, attentions=None, forward_s: float = 0.0) -> Step:
-        """Advance by one step given this pass's logits over the whole sequence (l, v), on the model's device."""
+        """Advance by one step given this pass's logits over the whole sequence (l, v), on the model's device
+        (a verifying rule's: (l + w, v), the mirrored window after the sequence)."""
         t1 = time.perf_counter()
-        conf, pred, margin, rank = self.sampler.score(logits[self.m:self.m + self.n], self.predictor.mask_id,
-                                                      self.stops)
-        choice = self.rule.choose(Scores(conf, pred, margin, self.masked, self.window, rank))
-        commit = torch.tensor(sorted(set(choice.commit)), dtype=torch.long)
-        if commit.numel() == 0 or not self.masked[commit].all():
-            raise RuntimeError(f"rule {self.trace.method} chose no or already decoded positions: {choice.commit}")
+        length, mirror = self.m + self.n, None
+        if self.verifies:
+            mirror = (self.window[0], logits[length:])
+        conf, pred, margin, rank, signals = self.sampler.score(
+            logits[self.m:length], self.predictor.mask_id, self.stops, signals=self.signals,
+            tokens=self.ids[0, self.m:], mirror=mirror)
+        choice = self.rule.choose(Scores(conf, pred, margin, self.masked, self.window, rank, signals, self.fixed))
+        commit, remask = self._checked(choice)
         t2 = time.perf_counter()
         if self.attention is not None and attentions is not None and (self.cache is None or self.cache.refreshed):
             self.attention.add(len(self.trace.steps), attentions, self.masked, 1.0 - self.masked.float().mean().item())
-        step = self._record(choice, commit, conf, pred, forward_s, t2 - t1)
-        if not self.masked[self.window[0]:self.window[1]].any():
+        step = self._record(choice, commit, remask, conf, pred, forward_s, t2 - t1)
+        if not self.masked[:self.window[1]].any():         # a revising rule may have reopened an earlier block
             self._open_window()
+        if len(self.trace.steps) >= self.max_passes and not self.done:
+            self.limit_reached = True                        # the trace says so (``Trace.limit_reached``)
         if self.done:
             self.close()
         return step
 
-    def _record(self, choice: Choice, commit: torch.Tensor, conf, pred, forward_s: float, select_s: float) -> Step:
+    def _checked(self, choice: Choice) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rule's commits (at least one, all masked) and re-masks (decoded after the commits, none fixed)."""
+        commit = torch.tensor(sorted(set(choice.commit)), dtype=torch.long)
+        if commit.numel() == 0 or not self.masked[commit].all():
+            raise RuntimeError(f"rule {self.trace.method} chose no or already decoded positions: {choice.commit}")
+        remask = torch.tensor(sorted(set(choice.remask)), dtype=torch.long)
+        if remask.numel():
+            decoded = ~self.masked & ~self.fixed
+            decoded[commit] = True
+            if not decoded[remask].all():
+                raise RuntimeError(f"rule {self.trace.method} took back positions that are masked or fixed: "
+                                   f"{choice.remask}")
+        return commit, remask
+
+    def _record(self, choice: Choice, commit: torch.Tensor, remask: torch.Tensor, conf, pred, forward_s: float,
+                select_s: float) -> Step:
         masked = self.masked.tolist()
         tokens = pred[commit]
         self.ids[0, self.m + commit] = tokens
         self.masked[commit] = False
+        if remask.numel():
+            self.ids[0, self.m + remask] = self.predictor.mask_id
+            self.masked[remask] = True
+            if self.cache is not None:
+                self.cache.taken_back(remask)
         step = Step(index=len(self.trace.steps), phase=choice.phase, window=list(self.window),
                     committed=commit.tolist(), tokens=tokens.tolist(),
                     confidence=_masked_list(conf, masked), prediction=[p if keep else None
@@ -198,9 +309,8 @@ class Decoding:
                     [round(w, CONFIDENCE_DIGITS) for w in choice.guidance.tolist()],
                     seed_threshold=choice.seed_threshold, shortcut=sorted(choice.shortcut),
                     forward_s=round(forward_s, 6), select_s=round(select_s, 6),
-                    refresh=self.cache is not None and self.cache.refreshed,
-                    token_forwards=self.cache.token_forwards if self.cache is not None else
-                    uncached_token_forwards(self.m + self.n, self.rule.settings.cfg_scale))
+                    refresh=self.cache is not None and self.cache.refreshed, remasked=remask.tolist(),
+                    token_forwards=self._token_forwards())
         for token in set(step.prediction) - {None} - self.vocab.keys():
             self.vocab[token] = self.predictor.token_text(token)
         self.trace.steps.append(step)
@@ -208,11 +318,21 @@ class Decoding:
         self.trace.token_forwards += step.token_forwards
         return step
 
+    def _token_forwards(self) -> int:
+        """Positions this pass put through the model: the cache's plan, or every position (and a verifying rule's
+        mirrored window), twice with classifier-free guidance."""
+        if self.cache is not None:
+            return self.cache.token_forwards
+        extra = self.window[1] - self.window[0] if self.verifies else 0
+        return uncached_token_forwards(self.m + self.n + extra, self.rule.settings.cfg_scale)
+
     def close(self) -> Trace:
-        """Finish the trace (final text, answer length, timing); a run closed before the end is ``stopped``."""
+        """Finish the trace (final text, answer length, timing); a run closed before the end is ``stopped`` (one
+        that reached the pass limit is not: ``limit_reached``)."""
         if self.finished:
             return self.trace
         self.finished = True
+        self.trace.limit_reached = self.limit_reached
         finish(self.trace, self.predictor, self.ids[0, self.m:].tolist(), self.vocab, stopped=not self.done,
                wall_s=time.perf_counter() - self.started)
         self.trace.attention = self.attention.result() if self.attention is not None else None
@@ -266,8 +386,9 @@ def decode(predictor: MaskPredictor, prompt: str, method: str = "dico", **option
                                                                                                  None, Trace]:
     """Decode ``prompt`` one step at a time, yielding ``(trace, step)`` as each step is decided.
 
-    ``options`` are ``Decoding``'s (mode, gen_length, block_length, settings, capture_attention, label) plus any
-    setting of the method as a keyword (``name=value``). The generator returns the finished trace; closing
+    ``options`` are ``Decoding``'s (mode, gen_length (a number, or "auto": the model chooses it, ``dico.length``),
+    block_length, settings, capture_attention, label, constraints ({response offset: word or token id}, fixed
+    before decoding: ``dico.state``)) plus any setting of the method as a keyword (``name=value``). The generator returns the finished trace; closing
     it early finishes the partial trace with ``stopped=True`` (the caller still holds it).
     """
     run = Decoding(predictor, prompt, method, **fold_settings(options))
@@ -291,7 +412,7 @@ def generate(predictor: MaskPredictor, prompt: str, method: str = "dico", **opti
             return end.value
 
 
-_OPTIONS = ("mode", "gen_length", "block_length", "settings", "capture_attention", "label")
+_OPTIONS = ("mode", "gen_length", "block_length", "settings", "capture_attention", "label", "constraints")
 
 
 def fold_settings(options: dict) -> dict:

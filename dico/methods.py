@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 from dico.divide_conquer import DiCo
+from dico.field_rules import EntropyBounded, KLAdaptive, Saber, WideInNarrowOut
 from dico.rules import FastFactor, FastThreshold, Rule, TopK, Vanilla
 from dico.settings import NON_AR, Settings, settings_for
 
-RULES = {"vanilla": Vanilla, "topk": TopK, "fast": FastThreshold, "fast-factor": FastFactor, "dico": DiCo}
+RULES = {"vanilla": Vanilla, "topk": TopK, "fast": FastThreshold, "fast-factor": FastFactor, "dico": DiCo,
+         "eb": EntropyBounded, "klass": KLAdaptive, "wino": WideInNarrowOut, "saber": Saber}
 
 
 def make_rule(method: str, mode: str = NON_AR, settings: Settings | dict | None = None) -> Rule:

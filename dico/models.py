@@ -108,6 +108,10 @@ class MaskPredictor:
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self.tokenizer(prompt)["input_ids"]
 
+    def encode_word(self, word: str) -> list[int]:
+        """A word's token ids as they are written inside a response (a constraint, a forced token: ``dico.state``)."""
+        return list(self.tokenizer(word, add_special_tokens=False)["input_ids"])
+
     def unknown_words(self, prompt: str) -> list[str]:
         """Words of the prompt the tokenizer maps to its unknown token (the embedded model's small vocabulary)."""
         unk = getattr(self.tokenizer, "unk_token_id", None)

@@ -31,6 +31,12 @@ class Scores:
     masked: torch.Tensor    # (n,) bool, still masked before this step
     window: tuple[int, int]  # [start, end) response offsets the rule may commit
     rank: torch.Tensor | None = None   # (n,) float32, Dream's ranking when the rule asked for one (``Rule.rank``)
+    signals: dict = field(default_factory=dict)   # name -> (n,) float32, the signals the rule asked for (``Rule.signals``)
+    fixed: torch.Tensor | None = None  # (n,) bool, positions fixed by hand (constraints, forced tokens): never taken back
+
+    def __post_init__(self):
+        if self.fixed is None:
+            self.fixed = torch.zeros_like(self.masked)
 
     def candidates(self) -> torch.Tensor:
         """Masked positions inside the window."""
@@ -49,11 +55,14 @@ class Choice:
     guidance: torch.Tensor | None = None     # and the guidance weights behind it
     seed_threshold: float | None = None       # the guided confidence a seed needed
     shortcut: list[int] = field(default_factory=list)   # DiCo Divide: commits above the shortcut, beside the seeds
+    remask: list[int] = field(default_factory=list)     # revising rules: decoded positions taken back to the mask,
+                                                        # after this step's commits (docs/decoding.md §7)
 
 
 class Rule(Protocol):
     settings: Settings
     rank: str | None         # a Dream ranking the sampler must compute for this rule (``dico.sampling``), or None
+    signals: tuple = ()      # per-position signals the sampler must compute for this rule (``dico.sampling.SIGNALS``)
 
     def start(self, window: tuple[int, int]) -> None:
         """A new window opens (the whole response in non-AR mode, the next block in semi-AR mode)."""

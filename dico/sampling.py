@@ -21,6 +21,8 @@ from dico.settings import SamplingSettings
 
 DREAM_RANKS = ("maskgit_plus", "topk_margin", "entropy")
 _ENTROPY_EPS = 1e-10        # Dream's: log(p + eps) keeps tokens of probability 0 finite
+_KL_EPS = 1e-12             # KLASS's: log(p + eps) on both sides of its KL
+SIGNALS = ("entropy", "kl", "token_prob", "verify")     # what a rule may ask the sampler for (``Rule.signals``)
 
 
 def generator_for(device: torch.device) -> torch.Generator:
@@ -34,6 +36,7 @@ class Sampler:
     settings: SamplingSettings = field(default_factory=SamplingSettings)
     rank: str | None = None
     _generator: torch.Generator | None = field(default=None, repr=False)
+    _previous: torch.Tensor | None = field(default=None, repr=False)     # KLASS: the previous pass's distribution
 
     def logits(self, predictor, ids: torch.Tensor, prompt_length, attentions: bool = False,
                attention_mask: torch.Tensor | None = None, caches: list | None = None):
@@ -58,34 +61,87 @@ class Sampler:
         cond, uncond = both[:b].float(), both[b:].float()
         return uncond + (scale + 1) * (cond - uncond), (None if maps is None else tuple(a[:b] for a in maps))
 
-    def score(self, logits: torch.Tensor, mask_id: int | None = None, stop_ids=()):
-        """conf, pred, margin and rank (None unless asked for) per position of ``logits`` (n, v), on the CPU."""
+    def score(self, logits: torch.Tensor, mask_id: int | None = None, stop_ids=(), signals=(),
+              tokens: torch.Tensor | None = None, mirror: torch.Tensor | None = None):
+        """conf, pred, margin and rank (None unless asked for) per position of ``logits`` (n, v), on the CPU, and
+        the ``signals`` a rule asked for (``SIGNALS``) as a dict of (n,) CPU vectors (empty when none)."""
         cfg = self.settings
-        x = logits.float()                                                     # n, v
-        if x is logits:
-            x = x.clone()                                                      # never write into the model's output
-        kept = x[:, mask_id].clone() if mask_id is not None and cfg.mask_in_softmax else None
-        if mask_id is not None:
-            x[:, mask_id] = -torch.inf                                         # the mask token is never a prediction
-        stops = sorted(int(i) for i in stop_ids if i is not None and i != mask_id and 0 <= int(i) < x.shape[1])
-        if cfg.ban_eos and stops:
-            x[:, stops] = -torch.inf
+        x, stops = self._prepared(logits, mask_id, stop_ids)                   # n, v
         top = x.topk(2, dim=-1)                                                # n, 2
         margin = top.values[:, 0] - top.values[:, 1]
         pred = top.indices[:, 0] if cfg.temperature == 0 else self._sample(x)
-        if kept is None:
-            probs = torch.softmax(x, dim=-1)
-        else:                                                                  # LLaDA's softmax over every token
-            probs = torch.softmax(x.index_copy(1, pred.new_tensor([mask_id]), kept[:, None]), dim=-1)
+        probs = self._probs(x, logits, mask_id)
         conf = probs.gather(1, pred[:, None])[:, 0]
         if cfg.eos_last and stops:
             conf = torch.where(torch.isin(pred, pred.new_tensor(stops)), torch.zeros_like(conf), conf)
         rows = [conf.double(), pred.double(), margin.double()]                # token ids are exact in float64
         if self.rank is not None:
             rows.append(self._rank(x, pred).double())
-        packed = torch.stack(rows).cpu()                                       # the step's one transfer
+        extra = self._signals(signals, x, logits, probs, mask_id, stop_ids, tokens, mirror)
+        packed = torch.stack(rows + list(extra.values())).cpu()               # the step's one transfer
         rank = packed[3].float() if self.rank is not None else None
-        return packed[0].float(), packed[1].long(), packed[2].float(), rank
+        values = packed[len(rows):]
+        return (packed[0].float(), packed[1].long(), packed[2].float(), rank,
+                {name: values[i].float() for i, name in enumerate(extra)})
+
+    def _prepared(self, logits: torch.Tensor, mask_id: int | None, stop_ids) -> tuple[torch.Tensor, list[int]]:
+        """float32 logits with the mask token (and, with ``ban_eos``, end-of-text) removed; a copy, never the model's
+        output itself."""
+        x = logits.float()
+        if x is logits:
+            x = x.clone()
+        if mask_id is not None:
+            x[:, mask_id] = -torch.inf                                         # the mask token is never a prediction
+        stops = sorted(int(i) for i in stop_ids if i is not None and i != mask_id and 0 <= int(i) < x.shape[1])
+        if self.settings.ban_eos and stops:
+            x[:, stops] = -torch.inf
+        return x, stops
+
+    def _probs(self, x: torch.Tensor, logits: torch.Tensor, mask_id: int | None) -> torch.Tensor:
+        """The distribution confidences are read from: softmax of ``x``, or with ``mask_in_softmax`` LLaDA's softmax
+        over every token (the mask token's own logit kept in the normaliser)."""
+        if mask_id is None or not self.settings.mask_in_softmax:
+            return torch.softmax(x, dim=-1)
+        kept = logits[:, mask_id].to(x.dtype)
+        return torch.softmax(x.index_copy(1, x.new_tensor([mask_id], dtype=torch.long), kept[:, None]), dim=-1)
+
+    def _signals(self, wanted, x, logits, probs, mask_id, stop_ids, tokens, mirror) -> dict:
+        """The per-position signals of the revising and stability rules (docs/decoding.md §7), on the device."""
+        out = {}
+        for name in wanted:
+            if name == "entropy":                         # nats, of the distribution confidences come from
+                out[name] = torch.special.entr(probs).sum(dim=-1)
+            elif name == "kl":                            # KL(p_now || p_previous pass), float64 as KLASS computes it
+                out[name] = self._kl(self._probs(x.double(), logits.double(), mask_id))
+            elif name == "token_prob":                    # the probability this pass gives each position's token
+                out[name] = probs.gather(1, self._on(tokens, probs)[:, None])[:, 0]
+            elif name == "verify":                        # the mirrored block's probability of the token it mirrors
+                out[name] = self._verified(mirror, mask_id, stop_ids, tokens)
+            else:
+                raise ValueError(f"signal: unknown signal {name!r}; known: {', '.join(SIGNALS)}")
+        return out
+
+    def _kl(self, now: torch.Tensor) -> torch.Tensor:
+        """KL of each position's distribution from the previous pass's (zeros before the first pass, so the first KL
+        is large), as KLASS keeps it; the previous distribution stays on the device with this sampler."""
+        previous = self._previous if self._previous is not None else torch.zeros_like(now)
+        self._previous = now
+        return (now * (torch.log(now + _KL_EPS) - torch.log(previous + _KL_EPS))).sum(dim=-1)
+
+    def _verified(self, mirror: torch.Tensor, mask_id, stop_ids, tokens: torch.Tensor) -> torch.Tensor:
+        """(n,) with, at the window's positions (the mirror's rows, ``mirror`` = (start, logits (w, v))), the
+        probability the mirrored position gives the token at its mirror; 0 elsewhere."""
+        start, rows = mirror
+        x, _ = self._prepared(rows, mask_id, stop_ids)
+        probs = self._probs(x, rows, mask_id)
+        own = self._on(tokens, probs)[start:start + rows.shape[0]]
+        out = probs.new_zeros(tokens.shape[0])
+        out[start:start + rows.shape[0]] = probs.gather(1, own[:, None])[:, 0]
+        return out
+
+    @staticmethod
+    def _on(tokens: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return tokens.to(like.device)
 
     # ------------------------------------------------------------------------------------------ sampling
     def _filtered(self, x: torch.Tensor) -> torch.Tensor:
@@ -126,5 +182,5 @@ class Sampler:
 
 def score(logits: torch.Tensor, mask_id: int | None = None):
     """Greedy conf, pred and margin of ``logits`` (n, v) on the CPU (docs/decoding.md §2.1)."""
-    conf, pred, margin, _ = Sampler().score(logits, mask_id)
+    conf, pred, margin, _, _ = Sampler().score(logits, mask_id)
     return conf, pred, margin

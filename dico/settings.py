@@ -264,6 +264,54 @@ class DiCoSettings(SamplingSettings):
         return self.seeds or (4 if mode == SEMI_AR else 8)
 
 
+@dataclass(frozen=True)
+class EBSettings(SamplingSettings):
+    """EB-Sampler (entropy-bounded unmasking; the DiCo release's ``entropy_bound`` path, docs/decoding.md §7.1)."""
+    method = "eb"
+    gamma: float = setting(0.1, "commit the most confident masked positions of the window, in order, while the sum of "
+                           "their entropies minus the largest stays <= gamma (nats); at least one a step",
+                           range=(0.0, 100.0), step=0.01)
+
+
+@dataclass(frozen=True)
+class KLASSSettings(SamplingSettings):
+    """KLASS (KL-adaptive stability sampling; its authors' ``stable_confident_decode``, docs/decoding.md §7.2)."""
+    method = "klass"
+    gsm8k_script: bool = setting(False, "start from the KLASS authors' GSM8K script (confidence 0.6, KL 0.015); "
+                                 "settings given explicitly win", label="as KLASS's GSM8K script")
+    confidence: float = setting(0.9, "a masked position is ready when its confidence is above this ...",
+                                range=(0.0, 1.0), step=0.01, code="0.6 in its GSM8K script")
+    kl: float = setting(0.01, "... and its last `history` KL divergences from the previous pass are all below this",
+                        range=(0.0, 10.0), step=0.001, open_low=True, code="0.015 in its GSM8K script")
+    history: int = setting(2, "how many past passes' KL divergences must be below `kl`", range=(1, 16), step=1)
+    steps: int = setting(0, "when nothing is ready: LLaDA's schedule over this many passes for the whole answer, "
+                         "split evenly over the blocks; 0: one token a step (steps = gen_length)",
+                         range=(0, 100000), step=1)
+    reset_each_block: bool = setting(False, "forget the KL history when a block starts, as the DiCo release's port "
+                                     "does (the authors' code keeps it)")
+
+
+@dataclass(frozen=True)
+class WINOSettings(SamplingSettings):
+    """WINO (wide-in, narrow-out; its authors' ``decoding_wino``, docs/decoding.md §7.3): drafts wide, verifies
+    with a mirrored block in the same pass and takes back what the verification does not confirm."""
+    method = "wino"
+    threshold: float = setting(0.6, "wide in: commit masked positions of the window whose confidence is above this",
+                               range=(0.0, 1.0), step=0.01)
+    keep: float = setting(0.9, "narrow out: take back a token committed in an earlier pass when the mirrored "
+                          "position (which cannot see it) gives it a probability below this", range=(0.0, 1.0),
+                          step=0.01)
+
+
+@dataclass(frozen=True)
+class SaberSettings(SamplingSettings):
+    """Saber (its authors' ``generate_with_saber``, docs/decoding.md §7.4): commit above the running mean of the
+    committed tokens' confidences, take back the tokens whose confidence fell most."""
+    method = "saber"
+    n: int = setting(2, "at least n commits a pass (the top n when fewer pass the mean); takes back "
+                     "max(n // 2, ceil(commits / 8)) tokens a pass", range=(1, 64), step=1)
+
+
 def _authors_code() -> dict:
     """The DiCo settings with which the project decodes as the authors' release does (docs/decoding.md §6.6, "Where
     the authors' code does otherwise"): every ``code=`` value recorded in DiCoSettings, so the preset cannot drift from
@@ -280,10 +328,16 @@ AUTHORS_CODE = _authors_code()
 DiCoSettings.presets = {"authors_code": AUTHORS_CODE}
 DiCoSettings.from_dict(AUTHORS_CODE)        # every recorded code value is a value the setting accepts
 
-SETTINGS = {cls.method: cls for cls in (VanillaSettings, TopKSettings, FastSettings, FastFactorSettings, DiCoSettings)}
+KLASSSettings.presets = {"gsm8k_script": {"confidence": 0.6, "kl": 0.015}}
+
+SETTINGS = {cls.method: cls for cls in (VanillaSettings, TopKSettings, FastSettings, FastFactorSettings, DiCoSettings,
+                                        EBSettings, KLASSSettings, WINOSettings, SaberSettings)}
 METHODS = tuple(SETTINGS)
 METHOD_LABELS = {"vanilla": "Vanilla", "topk": "Top-k per step", "fast": "Fast-dLLM", "fast-factor": "Fast-dLLM (factor)",
-                 "dico": "DiCo"}
+                 "dico": "DiCo", "eb": "EB-Sampler", "klass": "KLASS", "wino": "WINO", "saber": "Saber"}
+# The decoders that may take committed tokens back (a step's ``remasked``); a run of them ends at the pass limit.
+REVISING = ("wino", "saber")
+PASS_LIMIT = 4          # a run stops after PASS_LIMIT x gen_length passes, whatever its rule does (trace.limit_reached)
 
 # The paper's ablations (section 5.3) as variants of DiCo's settings: label -> changed settings.
 ABLATIONS = {

@@ -4,10 +4,10 @@ The trace is the one contract between the library, the figures and the app, and 
 download and upload, so its JSON form is versioned (``schema``) and round-trips losslessly:
 ``Trace.from_json(trace.to_json()) == trace``.
 
-JSON form, ``schema = "dico-trace/2"`` (positions are response offsets 0..gen_length-1; files of
-schema 1, without the answer fields, are still read and get them computed)::
+JSON form, ``schema = "dico-trace/3"`` (positions are response offsets 0..gen_length-1; files of
+schema 1, without the answer fields, and of schema 2, without revision, are still read)::
 
-    {"schema": "dico-trace/2", "model": str, "method": str, "mode": "non-ar" | "semi-ar",
+    {"schema": "dico-trace/3", "model": str, "method": str, "mode": "non-ar" | "semi-ar",
      "label": str,                      # its lane's label ("Top-4 per step"); older files: the method's
      "settings": {...}, "prompt": str, "prompt_length": int, "gen_length": int,
      "block_length": int | null, "text": str, "nfe": int, "wall_s": float, "tokens_per_s": float,
@@ -36,8 +36,18 @@ schema 1, without the answer fields, are still read and get them computed)::
                                              # confidence above the shortcut, beside the seeds (older files: [])
                 "forward_s": float, "select_s": float,  # model call; scoring + the rule's choice
                 "refresh": bool,           # this pass recomputed the whole KV cache (false without one)
+                "remasked": [pos, ...],    # revising rules (WINO, Saber): decoded positions taken back to the
+                                           # mask after this step's commits (older files: [])
                 "token_forwards": int}, ...],  # positions this pass put through the model
-     "token_forwards": int}             # the steps' token_forwards summed (the run's counted work)
+     "token_forwards": int,             # the steps' token_forwards summed (the run's counted work)
+     "limit_reached": bool,             # the run ended at the pass limit (PASS_LIMIT x gen_length) with
+                                        # masks left (older files: false)
+     "length_search": null | {"tried": [int], "end_confidence": [float], "passes": int,
+                              "token_forwards": int, "chosen": int}}   # gen_length "auto" (dico.length):
+                                        # the lengths checked before decoding, counted apart from nfe
+     "constraints": null | {"<offset>": int},   # tokens fixed before decoding (words, "0:The,5:leader")
+     "fork": null | {"parent": str, "at": int, "method": str,   # a fork: the parent's steps before "at",
+                     "force": {"<pos>": int}, "remask": [int]}}  # then these edits, then its own steps
 
 Files written before the KV cache (``token_forwards`` absent) are read as uncached runs: every pass computed
 every position, twice with classifier-free guidance.
@@ -53,8 +63,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 from dico.lanes import default_label, distinct_settings
 
-SCHEMA = "dico-trace/2"
-READABLE_SCHEMAS = ("dico-trace/1", SCHEMA)
+SCHEMA = "dico-trace/3"
+READABLE_SCHEMAS = ("dico-trace/1", "dico-trace/2", SCHEMA)
 PHASES = ("vanilla", "fast", "divide", "conquer", "finalize")
 MODES = ("non-ar", "semi-ar")
 MAX_JSON_BYTES = 20 * 1024 * 1024
@@ -93,6 +103,7 @@ class Step:
     select_s: float = 0.0
     refresh: bool = False
     token_forwards: int = 0
+    remasked: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -133,6 +144,11 @@ class Trace:
     attention: AttentionStages | None = None
     steps: list[Step] = field(default_factory=list)
     label: str = ""
+    limit_reached: bool = False
+    length_search: dict | None = None
+    constraints: dict | None = None     # {"offset": token id} fixed before decoding (dico.state)
+    fork: dict | None = None            # {"parent": label, "at": k, "method": parent's, "force": {"pos": id},
+                                        #  "remask": [pos]}: edits made before step k of the parent's run
     schema: str = SCHEMA
 
     # ------------------------------------------------------------------ convenience for readers
@@ -149,12 +165,46 @@ class Trace:
         return "" if token_id is None else self.vocab.get(str(token_id), f"<{token_id}>")
 
     def commit_step(self) -> list[int | None]:
-        """For every response position, the index of the step that committed it (None if never)."""
+        """For every response position, the index of the step that committed the token it ends with (None if it
+        ends masked: never committed, or taken back after its last commit)."""
         when: list[int | None] = [None] * self.gen_length
         for step in self.steps:
             for pos in step.committed:
                 when[pos] = step.index
+            for pos in step.remasked:
+                when[pos] = None
         return when
+
+    def edits_at(self, k: int) -> tuple[dict[int, int], list[int]]:
+        """The tokens written and the positions taken back by hand before step ``k`` (constraints before step 0, a
+        fork's edits before its step ``at``)."""
+        if k == 0 and self.constraints:
+            return {int(p): t for p, t in self.constraints.items()}, []
+        if self.fork is not None and k == self.fork["at"]:
+            return {int(p): t for p, t in self.fork.get("force", {}).items()}, list(self.fork.get("remask", []))
+        return {}, []
+
+    def tokens_before(self, k: int) -> list[int | None]:
+        """The response as it stood before step ``k`` (None where masked), edits by hand included."""
+        tokens: list[int | None] = [None] * self.gen_length
+        for i in range(k + 1):
+            written, taken = self.edits_at(i)
+            for p, t in written.items():
+                tokens[p] = t
+            for p in taken:
+                tokens[p] = None
+            if i == k:
+                break
+            step = self.steps[i]
+            for p, t in zip(step.committed, step.tokens):
+                tokens[p] = t
+            for p in step.remasked:
+                tokens[p] = None
+        return tokens
+
+    def remasks(self) -> int:
+        """How many committed tokens the run took back (revising rules)."""
+        return sum(len(s.remasked) for s in self.steps)
 
     def answer_commits(self, step: Step) -> list[int]:
         """Positions this step committed inside the answer (before the first end-of-text)."""
@@ -175,10 +225,19 @@ class Trace:
     def set_answer(self, answer_length: int) -> None:
         """Record where the answer ends, and the forward pass that completed it."""
         self.answer_length = answer_length
-        done = [s.index + 1 for s in self.steps if any(p < answer_length for p in s.committed)]
-        decoded = {p for s in self.steps for p in s.committed}
-        complete = all(p in decoded for p in range(answer_length))
-        self.answer_nfe = (max(done) if done else 0) if complete else self.nfe
+        when = self.commit_step()
+        for k in sorted({0, self.fork["at"] if self.fork else 0}):      # tokens written by hand count from then
+            written, taken = self.edits_at(k)
+            for p in written:
+                if when[p] is None or when[p] < k:
+                    when[p] = k - 1
+            for p in taken:
+                if when[p] is not None and when[p] < k:
+                    when[p] = None
+        if any(when[p] is None for p in range(answer_length)):
+            self.answer_nfe = self.nfe                          # the answer never completed
+        else:
+            self.answer_nfe = max((when[p] + 1 for p in range(answer_length)), default=0)
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict:
@@ -236,13 +295,14 @@ def _parse_step(raw, i: int, n: int) -> Step:
     _expect(_is_int(raw["index"]), f"{where}.index", "must be an integer")
     _expect(isinstance(raw["window"], list) and len(raw["window"]) == 2 and all(_is_int(v) for v in raw["window"])
             and 0 <= raw["window"][0] < raw["window"][1] <= n, f"{where}.window", "must be [start, end) inside the response")
-    for key in ("committed", "tokens", "seeds", "shortcut"):
+    for key in ("committed", "tokens", "seeds", "shortcut", "remasked"):
         values = raw.get(key, [])
         _expect(isinstance(values, list) and all(_is_int(v) for v in values), f"{where}.{key}", "must be a list of integers")
     _expect(len(raw["committed"]) == len(raw["tokens"]), where, "committed and tokens must have the same length")
     _expect(set(raw.get("shortcut", [])) <= set(raw["committed"]), f"{where}.shortcut",
             "must list positions this step committed")
-    _expect(all(0 <= p < n for p in raw["committed"] + raw.get("seeds", [])), f"{where}.committed",
+    _expect(all(0 <= p < n for p in raw["committed"] + raw.get("seeds", []) + raw.get("remasked", [])),
+            f"{where}.committed",
             "positions must be response offsets 0..gen_length-1")
     for key, check in (("confidence", _is_num), ("prediction", _is_int)):
         values = raw[key]
@@ -256,6 +316,8 @@ def _parse_step(raw, i: int, n: int) -> Step:
     for key in ("unmasked_fraction", "forward_s", "select_s"):
         _expect(_is_num(raw.get(key, 0.0)), f"{where}.{key}", "must be a number")
     _expect(isinstance(raw.get("refresh", False), bool), f"{where}.refresh", "must be true or false")
+    _expect(len(set(raw.get("remasked", []))) == len(raw.get("remasked", [])), f"{where}.remasked",
+            "takes a position back twice")
     _expect(_is_int(raw.get("token_forwards", 0)) and raw.get("token_forwards", 0) >= 0, f"{where}.token_forwards",
             "must be a non-negative integer")
     _expect(raw.get("seed_threshold") is None or _is_num(raw["seed_threshold"]), f"{where}.seed_threshold",
@@ -330,20 +392,50 @@ def _count_work(trace: Trace, data: dict) -> None:
     trace.token_forwards = per_pass * len(trace.steps)
 
 
+def _check_edits(trace: Trace) -> None:
+    """Constraints and a fork's edits: positions of the response, token ids, a step of the run."""
+    n = trace.gen_length
+    for key, value in (("constraints", trace.constraints), ("fork.force", (trace.fork or {}).get("force"))):
+        _expect(value is None or (isinstance(value, dict) and all(
+            str(k).isdigit() and int(k) < n and _is_int(t) and t >= 0 for k, t in value.items())),
+            f"trace.{key}", "must map response offsets to token ids")
+    if trace.fork is not None:
+        fork = trace.fork
+        _expect(isinstance(fork, dict) and _is_int(fork.get("at")) and 0 <= fork["at"] <= len(trace.steps),
+                "trace.fork.at", "must be a step of the run")
+        _expect(isinstance(fork.get("remask", []), list) and all(_is_int(p) and 0 <= p < n
+                                                                  for p in fork.get("remask", [])),
+                "trace.fork.remask", "must list response offsets")
+
+
 def _check_story(trace: Trace) -> None:
     """Cross-field rules the figures rely on: steps in order, each position committed once while masked."""
     _expect(trace.nfe == len(trace.steps), "trace.nfe", f"must equal the number of steps ({len(trace.steps)})")
+    _expect(isinstance(trace.limit_reached, bool), "trace.limit_reached", "must be true or false")
+    _check_edits(trace)
+    search = trace.length_search
+    _expect(search is None or (isinstance(search, dict) and search.get("chosen") == trace.gen_length
+                               and isinstance(search.get("tried"), list)), "trace.length_search",
+            "must be null or the search that chose gen_length")
     decoded: set[int] = set()
+    taken_back: set[int] = set()            # a revising rule may commit a position taken back before its window
     for i, step in enumerate(trace.steps):
         where = f"steps[{i}]"
+        written, taken = trace.edits_at(i)
+        decoded.update(written)
+        decoded.difference_update(taken)
+        taken_back.update(taken)
         _expect(step.index == i, f"{where}.index", f"must be {i}")
         _expect(all((c is None) == (p in decoded) for p, c in enumerate(step.confidence)), f"{where}.confidence",
                 "must be null exactly at positions decoded before this step")
         _expect(len(set(step.committed)) == len(step.committed) and not decoded & set(step.committed),
                 f"{where}.committed", "commits a position twice")
-        _expect(all(step.window[0] <= p < step.window[1] for p in step.committed), f"{where}.committed",
-                "positions must lie inside the step's window")
+        _expect(all(step.window[0] <= p < step.window[1] or p in taken_back for p in step.committed),
+                f"{where}.committed", "positions must lie inside the step's window")
         decoded.update(step.committed)
+        _expect(set(step.remasked) <= decoded, f"{where}.remasked", "must list positions decoded after the step")
+        decoded.difference_update(step.remasked)
+        taken_back.update(step.remasked)
     attention = trace.attention
     if attention is not None:
         n = trace.gen_length

@@ -1,0 +1,211 @@
+"""The decoders the field races next, as rules over the one loop: EB-Sampler and KLASS wait (for a bounded joint
+entropy, for stable distributions); WINO and Saber revise (a step may take committed tokens back).
+
+Each is the published algorithm's choice of commits (and re-masks) from one step's scores, written from its
+description (docs/decoding.md §7): what the published code does and where the project differs are recorded there
+and in ``dico.settings``. A rule asks the sampler for the signals it needs (``signals``: entropy, KL from the previous
+pass, the mirrored block's verification); they come back as (n,) CPU vectors in ``Scores.signals``. Ties go to the
+lower position, as everywhere in the project (the published code's ``topk``/``sort`` leave them to torch).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from dico.rules import Choice, Scores, top1, top_ranked
+from dico.settings import EBSettings, KLASSSettings, SaberSettings, WINOSettings
+
+
+def _ranked(values: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """The allowed positions, highest value first; ties to the lower position."""
+    positions = torch.nonzero(allowed).flatten()
+    order = values[positions].sort(descending=True, stable=True).indices
+    return positions[order]
+
+
+def _lowest(values: torch.Tensor, allowed: torch.Tensor, k: int) -> list[int]:
+    """The k allowed positions with the lowest values (ties to the lower position), in position order."""
+    return top_ranked(-values, allowed, k) if k > 0 and bool(allowed.any()) else []
+
+
+# ------------------------------------------------------------------------------------------------ EB-Sampler
+
+@dataclass
+class EntropyBounded:
+    """EB-Sampler (docs/decoding.md §7.1): take the window's masked positions by confidence, highest first, and commit
+    the longest prefix whose entropies summed, less the largest of them, stay within gamma. The first position always
+    fits (its sum less its max is 0), so every step commits at least one. No state across steps."""
+    settings: EBSettings = field(default_factory=EBSettings)
+    rank = None
+    signals = ("entropy",)
+
+    def start(self, window) -> None:
+        pass
+
+    def choose(self, s: Scores) -> Choice:
+        cand = s.candidates() & (s.conf > 0)
+        if not bool(cand.any()):                                   # every confidence zeroed (eos_last): the top-1
+            return Choice(top1(s.conf, s.candidates()), "vanilla")
+        order = _ranked(s.conf, cand)
+        entropy = s.signals["entropy"][order].double()
+        spent = entropy.cumsum(0) - entropy.cummax(0).values
+        k = int((spent <= self.settings.gamma).sum())
+        return Choice(sorted(order[:max(k, 1)].tolist()), "vanilla")
+
+
+# ------------------------------------------------------------------------------------------------------ KLASS
+
+@dataclass
+class KLAdaptive:
+    """KLASS (docs/decoding.md §7.2): a masked window position is ready when its confidence is above ``confidence``
+    and its KL divergence from the previous pass stayed below ``kl`` for the last ``history`` passes (from the
+    window's pass ``history - 1`` on); commit every ready position, or, when none is, LLaDA's schedule (an even
+    share of the window's masks a pass, the most confident first). The KL history runs across windows, as the
+    authors' code keeps it (``reset_each_block``: the DiCo release's port)."""
+    settings: KLASSSettings = field(default_factory=KLASSSettings)
+    rank = None
+    signals = ("kl",)
+
+    def __post_init__(self):
+        self.history: torch.Tensor | None = None        # (n, history) float64: the last KL values of every position
+        self.per_window = 0
+        self.start(None)
+
+    def plan(self, gen_length: int, width: int) -> None:
+        blocks = gen_length // width
+        if self.settings.steps % blocks:
+            raise ValueError(f"steps: {self.settings.steps} is not a multiple of the number of blocks ({blocks}); "
+                             "KLASS splits the steps evenly over the blocks, as LLaDA does")
+        self.per_window = self.settings.steps // blocks
+
+    def start(self, window) -> None:
+        self.window_step = 0
+        self.shares: list[int] | None = None
+        self.forget = window is not None and self.settings.reset_each_block and self.history is not None
+
+    def choose(self, s: Scores) -> Choice:
+        self._remember(s.signals["kl"].double())
+        cand = s.candidates()
+        i, self.window_step = self.window_step, self.window_step + 1
+        stable = (self.history < self.settings.kl).all(dim=1) if i >= self.settings.history - 1 else \
+            torch.zeros_like(cand)
+        ready = cand & stable & (s.conf > self.settings.confidence)
+        if bool(ready.any()):
+            return Choice(torch.nonzero(ready).flatten().tolist(), "fast")
+        masked = int(cand.sum())
+        if self.shares is None:                                # LLaDA's schedule of this window's masks
+            steps = self.per_window or (s.window[1] - s.window[0])
+            base, extra = divmod(masked, steps)
+            self.shares = [base + (1 if k < extra else 0) for k in range(steps)]
+        count = self.shares[i] if i < len(self.shares) else masked
+        return Choice(top_ranked(s.conf, cand, max(1, min(count, masked))), "vanilla")
+
+    def _remember(self, kl: torch.Tensor) -> None:
+        """Push this pass's KL into every position's history (a forgotten history reads as unstable)."""
+        if self.history is None or self.forget:
+            self.history = torch.full((kl.numel(), self.settings.history), math.inf, dtype=torch.float64)
+            if self.forget:                                    # the port's first KL of a window is against zeros
+                kl = torch.full_like(kl, math.inf)
+            self.forget = False
+        self.history = torch.cat([self.history[:, 1:], kl[:, None]], dim=1)
+
+
+# ------------------------------------------------------------------------------------------------------- WINO
+
+WINO_FIRST_ACCEPT = 30          # the authors' code: last_accept starts at 30 in every block
+
+
+@dataclass
+class WideInNarrowOut:
+    """WINO (docs/decoding.md §7.3). Wide in: commit the window's masked positions above ``threshold`` (at most
+    min(max(int(0.7 x masked), 5), 20), the most confident; none: the top-1). Narrow out, only when this pass
+    committed more than one: take back every token committed in an earlier pass whose mirrored position (which
+    cannot see it; ``signals["verify"]``) gives it a probability below ``keep``; when that is at least as many as the
+    previous pass committed, only that many less one, the least confirmed."""
+    settings: WINOSettings = field(default_factory=WINOSettings)
+    rank = None
+    signals = ("verify",)
+
+    def start(self, window) -> None:
+        self.last_accept = WINO_FIRST_ACCEPT
+
+    def choose(self, s: Scores) -> Choice:
+        cand = s.candidates()
+        most = min(max(int(int(cand.sum()) * 0.7), 5), 20)
+        above = cand & (s.conf > self.settings.threshold)
+        if int(above.sum()) > most:
+            commit = top_ranked(s.conf, cand, most)
+        elif bool(above.any()):
+            commit = torch.nonzero(above).flatten().tolist()
+        else:
+            commit = top1(s.conf, cand)
+        remask = self._narrow_out(s) if len(commit) > 1 else []
+        self.last_accept = len(commit)
+        return Choice(commit, "fast", remask=remask)
+
+    def _narrow_out(self, s: Scores) -> list[int]:
+        earlier = ~s.masked & ~s.fixed                          # decoded before this pass (and not fixed by hand)
+        earlier[:s.window[0]] = False
+        earlier[s.window[1]:] = False
+        verify = s.signals["verify"]
+        doubted = earlier & (verify < self.settings.keep)
+        if int(doubted.sum()) >= self.last_accept:
+            return _lowest(verify, earlier, self.last_accept - 1)
+        return torch.nonzero(doubted).flatten().tolist()
+
+
+# ------------------------------------------------------------------------------------------------------ Saber
+
+@dataclass
+class Saber:
+    """Saber (docs/decoding.md §7.4). Commit the undecoded positions up to the window's end whose confidence is above
+    the mean confidence the committed tokens had when committed (1 before any), at least the top ``n``. Then, unless
+    that finished everything up to the window's end, take back max(n // 2, ceil(fix / 8)) (at most fix - 1, where fix
+    = max(n, commits)) decoded positions up to the window's end whose confidence fell most since the previous pass
+    (positions committed in this very pass included, and in semi-AR earlier blocks' too). "Confidence" is the
+    probability of the current argmax at every position, decoded or not."""
+    settings: SaberSettings = field(default_factory=SaberSettings)
+    rank = None
+    signals = ()
+
+    def __post_init__(self):
+        self.committed_conf: torch.Tensor | None = None   # (n,) confidence at each position's last commit; -inf: never
+        self.previous: torch.Tensor | None = None         # (n,) last pass's confidence (-inf past its window's end)
+
+    def start(self, window) -> None:
+        pass
+
+    def choose(self, s: Scores) -> Choice:
+        n, end = self.settings.n, s.window[1]
+        if self.committed_conf is None:
+            self.committed_conf = torch.full_like(s.conf, -math.inf)
+            self.previous = torch.zeros_like(s.conf)
+        conf = s.conf.clone()
+        conf[end:] = -math.inf
+        fell = conf - self.previous
+        fell = torch.where(torch.isfinite(fell), fell, torch.full_like(fell, math.inf))
+        self.previous = conf
+        reach = s.masked.clone()
+        reach[end:] = False                                    # undecoded positions up to the window's end
+        commit = self._commits(conf, reach, end)
+        self.committed_conf[commit] = conf[commit]
+        after = s.masked.clone()
+        after[commit] = False
+        if not bool(after[:end].any()):                        # done up to the window's end: nothing taken back
+            return Choice(commit, "fast")
+        fix = max(n, len(commit))
+        count = min(max(n // 2, math.ceil(fix / 8)), fix - 1)
+        decoded = ~after & ~s.fixed
+        decoded[end:] = False
+        return Choice(commit, "fast", remask=_lowest(fell, decoded, count))
+
+    def _commits(self, conf: torch.Tensor, reach: torch.Tensor, end: int) -> list[int]:
+        known = self.committed_conf[:end]
+        known = known[torch.isfinite(known)]
+        threshold = float(known.mean()) if known.numel() else 1.0
+        picked = reach & (conf > threshold)
+        if int(picked.sum()) >= self.settings.n:
+            return torch.nonzero(picked).flatten().tolist()
+        return top_ranked(conf, reach, min(self.settings.n, int(reach.sum())))

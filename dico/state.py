@@ -1,0 +1,206 @@
+"""Starting a decode from a state other than all masks (docs/decoding.md §8): words fixed before it starts
+(constraints, as LLaDA's demo takes them: "0:The,5:leader"), and forks of a recorded run at any step, with edits.
+
+    trace = dico.generate(predictor, prompt, "topk", constraints={0: "The", 3: "leader"})
+    forked = dico.fork(predictor, trace, at=3, remask=[7])                # take back position 7 before step 3
+    forked = dico.fork(predictor, trace, at=3, force={7: "Gill"})          # or write "Gill" there
+
+A fork keeps the parent's steps before ``at`` and decodes from there on. Its state at step ``at`` is rebuilt by
+replaying the parent's first ``at`` steps on the model (each replayed step must commit and take back exactly what
+the parent's did, else the trace does not belong to this model and prompt), so every part of a decode's state comes
+back as it was: the ids and masks, the semi-AR window, the rule's own memory (DiCo's phase and clusters, KLASS's KL
+history, Saber's confidences), the random stream of sampling and the KV cache. A fork with no edit continues
+exactly as its parent did. Forced and constrained positions are fixed: no rule commits or takes them back.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+
+import torch
+
+from dico.trace import Step, Trace
+
+MAX_EDITS = 64
+
+
+def parse_constraints(text: str) -> dict[int, str]:
+    """LLaDA's demo syntax, "0:Once, 5:upon" -> {0: "Once", 5: "upon"} (ValueError naming ``constraints``)."""
+    out: dict[int, str] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        offset, sep, word = part.partition(":")
+        if not sep or not offset.strip().lstrip("-").isdigit() or not word.strip():
+            raise ValueError(f"constraints: {part!r} is not offset:word (e.g. 0:The, 5:leader)")
+        if int(offset) in out:
+            raise ValueError(f"constraints: offset {int(offset)} is given twice")
+        out[int(offset)] = word.strip()
+    return out
+
+
+def encode_fixed(predictor, given: dict, gen_length: int, field: str = "constraints") -> dict[int, int]:
+    """{response offset: word or token id} -> {position: token id}: a word is encoded by the model's tokenizer and
+    fills consecutive positions from its offset. Errors name ``field``: an offset outside the response, a word that
+    encodes to nothing, pieces that overflow the response or overlap another's."""
+    if not isinstance(given, dict):
+        raise ValueError(f"{field}: must map response offsets to words or token ids")
+    if len(given) > MAX_EDITS:
+        raise ValueError(f"{field}: at most {MAX_EDITS} positions, got {len(given)}")
+    fixed: dict[int, int] = {}
+    for offset, value in sorted(given.items(), key=lambda kv: int(kv[0]) if str(kv[0]).lstrip("-").isdigit() else 0):
+        pos = _offset(offset, gen_length, field)
+        pieces = _pieces(predictor, value, field, pos)
+        if pos + len(pieces) > gen_length:
+            raise ValueError(f"{field}: {value!r} at {pos} needs {len(pieces)} positions and overflows the response "
+                             f"({gen_length} positions)")
+        for i, token in enumerate(pieces):
+            if pos + i in fixed:
+                raise ValueError(f"{field}: {value!r} at {pos} overlaps another word at {pos + i}")
+            fixed[pos + i] = token
+    return fixed
+
+
+def _offset(offset, gen_length: int, field: str) -> int:
+    try:
+        pos = int(offset)
+    except (TypeError, ValueError):
+        raise ValueError(f"{field}: {_noun(field)} {offset!r} is not a whole number") from None
+    if isinstance(offset, bool) or not 0 <= pos < gen_length or str(pos) != str(offset).strip():
+        raise ValueError(f"{field}: {_noun(field)} {offset!r} lies outside the response (0..{gen_length - 1})")
+    return pos
+
+
+def _noun(field: str) -> str:
+    return "offset" if field == "constraints" else "position"
+
+
+def _pieces(predictor, value, field: str, pos: int) -> list[int]:
+    """A token id as it is (checked against the vocabulary), or a word's pieces."""
+    vocab = len(predictor.tokenizer)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value < vocab or value == predictor.mask_id:
+            raise ValueError(f"{field}: token id {value} at {pos} is not a token of the model (0..{vocab - 1}, "
+                             "not the mask)")
+        return [value]
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{field}: the word at {pos} is empty")
+    pieces = predictor.encode_word(value)
+    if not pieces:
+        raise ValueError(f"{field}: {value!r} at {pos} encodes to no token")
+    return pieces
+
+
+# ------------------------------------------------------------------------------------------------------ forks
+
+def decode_fork(predictor, parent: Trace, at: int, *, force: dict | None = None, remask=None,
+                method: str | None = None, settings=None, label: str | None = None) -> Generator[tuple[Trace, Step], None, Trace]:
+    """Fork ``parent`` before its step ``at`` with edits, yielding ``(trace, step)`` for every step decoded from
+    there on (the parent's steps before ``at`` are in the trace from the start). ``method``/``settings``: continue
+    with another lane's rule (default: the parent's). The generator returns the fork's trace."""
+    run = replay(predictor, parent, at)
+    edits = apply_edits(run, force or {}, list(remask or []))
+    if method is not None:
+        run.switch_rule(method, settings)
+    run.trace.fork = {"parent": parent.name, "at": at, "method": parent.method, **edits}
+    run.trace.label = label or fork_label(parent, run, at, edits)
+    try:
+        while not run.done:
+            t0 = time.perf_counter()
+            logits, attentions = run.forward()
+            yield run.trace, run.step(logits, attentions, time.perf_counter() - t0)
+    finally:
+        run.close()
+    return run.trace
+
+
+def fork(predictor, parent: Trace, at: int, **options) -> Trace:
+    """``decode_fork`` drained: the fork's finished trace."""
+    steps = decode_fork(predictor, parent, at, **options)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            return end.value
+
+
+def replay(predictor, parent: Trace, at: int):
+    """A ``Decoding`` in the state ``parent`` was in before its step ``at``: its first ``at`` steps decoded again
+    on the model, each checked against the parent's (commits, tokens, take-backs)."""
+    from dico.loop import Decoding
+    _check_parent(predictor, parent, at)
+    constraints = {int(p): t for p, t in (parent.constraints or {}).items()}
+    run = Decoding(predictor, parent.prompt, parent.method, mode=parent.mode, gen_length=parent.gen_length,
+                   block_length=parent.block_length, settings=_recorded_settings(parent), constraints=constraints,
+                   label=parent.name)
+    for k in range(at):
+        logits, attentions = run.forward()
+        step = run.step(logits, attentions)
+        theirs = parent.steps[k]
+        if (step.committed, step.tokens, step.remasked) != (theirs.committed, theirs.tokens, theirs.remasked):
+            raise ValueError(f"trace: step {k} does not replay on model {predictor.name!r} (it committed "
+                             f"{step.committed} where the trace says {theirs.committed}); fork a trace of this model, "
+                             "prompt and settings")
+    return run
+
+
+def _check_parent(predictor, parent: Trace, at: int) -> None:
+    if parent.stopped and at > len(parent.steps):
+        raise ValueError(f"at: the run stopped after {len(parent.steps)} steps")
+    if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= len(parent.steps):
+        raise ValueError(f"at: must be a step of the run, 0..{len(parent.steps)}, got {at!r}")
+    if parent.model != predictor.name:
+        raise ValueError(f"trace: was decoded by model {parent.model!r}, not {predictor.name!r}; fork it with that "
+                         "model")
+    if parent.prompt_length and len(predictor.encode_prompt(parent.prompt)) != parent.prompt_length:
+        raise ValueError("trace: its prompt does not encode as it did when the trace was decoded (another prompt or "
+                         "tokenizer)")
+    if parent.fork is not None and at < parent.fork["at"]:
+        raise ValueError(f"at: this trace is itself a fork at step {parent.fork['at']}; fork it at that step or later "
+                         "(or fork its parent)")
+
+
+def _recorded_settings(parent: Trace) -> dict:
+    """The settings the parent ran with, as its trace records them (DiCo's N in effect is recorded, not set)."""
+    from dico.settings import SETTINGS
+    known = {f for f in SETTINGS[parent.method].__dataclass_fields__}
+    return {k: v for k, v in parent.settings.items() if k in known}
+
+
+def apply_edits(run, force: dict, remask: list) -> dict:
+    """Force positions to tokens (fixed from now on) and take decoded ones back, on a ``Decoding`` between steps.
+    Returns the edits as the trace records them ({"force": {pos: token}, "remask": [pos]})."""
+    forced = encode_fixed(run.predictor, force, run.n, field="force")
+    taken = sorted({_offset(p, run.n, "remask") for p in remask})
+    for pos in list(forced) + taken:
+        if bool(run.fixed[pos]):
+            raise ValueError(f"{'force' if pos in forced else 'remask'}: position {pos} is fixed by a constraint "
+                             "(or an earlier edit)")
+    if set(forced) & set(taken):
+        raise ValueError(f"remask: position {sorted(set(forced) & set(taken))[0]} is also forced")
+    for pos in taken:
+        if bool(run.masked[pos]):
+            raise ValueError(f"remask: position {pos} is still masked at this step; take back a decoded token")
+    run.edit(forced, taken)
+    return {"force": {str(p): t for p, t in forced.items()}, "remask": taken}
+
+
+def fork_label(parent: Trace, run, at: int, edits: dict) -> str:
+    """ "DiCo, fork at step 3: ate -> Lake, take back Gill" (the parent's tokens before the edit, from the run)."""
+    parts = []
+    before = parent_tokens_before(parent, at)
+    for pos, token in edits["force"].items():
+        old = before[int(pos)]
+        parts.append(f"{_text(parent, run, old) if old is not None else '[mask]'} -> {_text(parent, run, token)}")
+    for pos in edits["remask"]:
+        parts.append(f"take back {_text(parent, run, before[pos])}")
+    what = ", ".join(parts) if parts else "no edit"
+    return f"{parent.name}, fork at step {at}: {what}"[:60]
+
+
+def parent_tokens_before(trace: Trace, at: int) -> list[int | None]:
+    """The response as it stood before step ``at`` (None where masked)."""
+    return trace.tokens_before(at)
+
+
+def _text(parent: Trace, run, token: int) -> str:
+    text = parent.vocab.get(str(token)) or run.predictor.token_text(token)
+    return text.strip() or repr(text)

@@ -1,0 +1,153 @@
+"""The four published decoders as rules (docs/decoding.md §7), each on one step's scores written by hand.
+
+EB-Sampler commits the longest confidence-ordered prefix whose entropies, summed less their largest, stay within
+gamma; KLASS commits the ready positions (confident and stable for `history` passes) or LLaDA's schedule; WINO drafts
+above 0.6 and, when it drafted more than one, takes back earlier tokens its mirrored block confirms below 0.9; Saber
+commits above the mean commit confidence (at least n) and takes back the tokens whose confidence fell most.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from standins import rule, scores
+
+
+def with_signals(s, **signals):
+    s.signals = {k: torch.tensor(v, dtype=torch.float32) for k, v in signals.items()}
+    return s
+
+
+# ============================================================================ EB-Sampler
+
+def test_eb_commits_the_longest_prefix_whose_entropy_less_its_largest_stays_within_gamma():
+    # confidence order: 2, 0, 3, 1; entropies along it 0.5, 0.05, 0.04, 0.3 -> sums less max 0, 0.05, 0.09, 0.39
+    s = with_signals(scores([0.8, 0.3, 0.9, 0.7]), entropy=[0.05, 0.3, 0.5, 0.04])
+    assert rule("eb", gamma=0.1).choose(s).commit == [0, 2, 3]
+    assert rule("eb", gamma=0.06).choose(s).commit == [0, 2]
+    assert rule("eb", gamma=0.0).choose(s).commit == [2]            # the most confident always fits
+
+
+def test_eb_looks_only_at_masked_positions_of_the_window():
+    s = with_signals(scores([0.99, 0.98, 0.97, 0.96], decoded=[0], window=(0, 3)), entropy=[0.0, 0.0, 0.0, 0.0])
+    assert rule("eb").choose(s).commit == [1, 2]
+
+
+# ============================================================================ KLASS
+
+def klass_step(r, conf, kl, **kw):
+    return r.choose(with_signals(scores(conf, **kw), kl=kl))
+
+
+def test_klass_commits_every_confident_position_whose_kl_stayed_low_for_its_history():
+    r = rule("klass")                              # confidence 0.9, KL 0.01, history 2
+    r.start((0, 4))
+    first = klass_step(r, [0.95, 0.95, 0.5, 0.2], [1e-3, 1e-3, 1e-3, 1e-3])
+    assert first.commit == [0] and first.phase == "vanilla"        # a history of one pass: nothing ready yet
+    second = klass_step(r, [0.95, 0.95, 0.95, 0.2], [1e-3, 0.5, 1e-3, 1e-3], decoded=[0])
+    assert second.commit == [2] and second.phase == "fast"          # 1's KL jumped; 2 stable for two passes
+
+
+def test_klass_falls_back_to_llada_schedule_when_nothing_is_ready():
+    r = rule("klass", steps=2)                    # two passes for 4 masks: two a pass, the most confident
+    r.plan(4, 4)
+    r.start((0, 4))
+    assert klass_step(r, [0.5, 0.8, 0.7, 0.1], [1.0] * 4).commit == [1, 2]
+
+
+def test_klass_keeps_its_history_across_blocks_unless_told_to_reset_it():
+    for reset, expected in ((False, [4, 5]), (True, [4])):
+        r = rule("klass", reset_each_block=reset)                  # history 2
+        r.start((0, 2))
+        klass_step(r, [0.95, 0.2, 0.5, 0.5, 0.5, 0.5], [1e-3] * 6, window=(0, 2))
+        r.start((2, 6))
+        first = klass_step(r, [0.5, 0.5, 0.5, 0.97, 0.95, 0.93], [1e-3] * 6, decoded=[0, 1], window=(2, 6))
+        assert first.commit == [3]                                 # a window's first pass: the schedule's top-1
+        # 4 and 5 were stable for two passes; after a reset the window's first KL reads as unstable: the schedule
+        second = klass_step(r, [0.5, 0.5, 0.5, 0.5, 0.95, 0.93], [1e-3] * 6, decoded=[0, 1, 3], window=(2, 6))
+        assert second.commit == expected
+
+
+def test_klass_gsm8k_preset_and_explicit_values():
+    from dico.settings import settings_for
+    assert (settings_for("klass", {"gsm8k_script": True}).confidence, settings_for("klass").confidence) == (0.6, 0.9)
+    assert settings_for("klass", {"gsm8k_script": True, "kl": 0.02}).kl == 0.02
+
+
+# ============================================================================ WINO
+
+def test_wino_drafts_above_its_threshold_at_most_its_cap_else_the_top_one():
+    r = rule("wino")
+    r.start((0, 30))
+    conf = [0.7] * 30
+    assert len(r.choose(with_signals(scores(conf), verify=[0.0] * 30)).commit) == 20   # min(max(21, 5), 20)
+    r.start((0, 4))
+    assert r.choose(with_signals(scores([0.3, 0.5, 0.2, 0.1]), verify=[0.0] * 4)).commit == [1]
+
+
+def test_wino_takes_back_earlier_tokens_its_mirror_doubts_only_after_a_wide_pass():
+    r = rule("wino")
+    r.start((0, 6))
+    doubt = [0.95, 0.5, 0.0, 0.0, 0.0, 0.0]        # position 1 was decoded and its mirror doubts it
+    one = r.choose(with_signals(scores([0.9, 0.9, 0.7, 0.1, 0.2, 0.1], decoded=[0, 1]), verify=doubt))
+    assert one.commit == [2] and one.remask == []                  # a single draft: nothing taken back
+    wide = r.choose(with_signals(scores([0.9, 0.9, 0.7, 0.8, 0.2, 0.1], decoded=[0, 1, 2]), verify=doubt))
+    assert wide.commit == [3] and wide.remask == []
+    r.last_accept = 5
+    both = r.choose(with_signals(scores([0.9, 0.9, 0.2, 0.2, 0.8, 0.7], decoded=[0, 1, 2, 3]),
+                                 verify=[0.95, 0.5, 0.2, 0.97, 0.0, 0.0]))
+    assert both.commit == [4, 5] and both.remask == [1, 2]
+
+
+def test_wino_takes_back_at_most_one_less_than_the_previous_pass_committed():
+    r = rule("wino")
+    r.start((0, 8))
+    r.last_accept = 2
+    s = with_signals(scores([0.1] * 4 + [0.8, 0.8, 0.1, 0.1], decoded=[0, 1, 2, 3]),
+                     verify=[0.3, 0.1, 0.2, 0.4, 0, 0, 0, 0])
+    assert r.choose(s).remask == [1]                                # the least confirmed one
+
+
+def test_wino_never_takes_back_a_fixed_position():
+    r = rule("wino")
+    r.start((0, 4))
+    s = with_signals(scores([0.1, 0.1, 0.8, 0.8], decoded=[0, 1]), verify=[0.1, 0.1, 0, 0])
+    s.fixed = torch.tensor([True, False, False, False])
+    assert r.choose(s).remask == [1]
+
+
+# ============================================================================ Saber
+
+def test_saber_commits_above_the_mean_commit_confidence_at_least_n_and_takes_back_what_fell_most():
+    r = rule("saber")                                # n = 2
+    first = r.choose(scores([0.9, 0.5, 0.8, 0.1]))
+    # before any commit the bar is 1: the top two; fix = 2 -> take back max(1, ceil(2 / 8)) = 1 (at most fix - 1)
+    assert first.commit == [0, 2]
+    assert first.remask == [2]                       # it rose least since the (zero) previous pass: 0.8 < 0.9
+    assert r.committed_conf[[0, 2]].tolist() == pytest.approx([0.9, 0.8])
+    second = r.choose(scores([0.3, 0.86, 0.7, 0.2], decoded=[0]))
+    # bar: mean(0.9, 0.8) = 0.85 -> 1 passes; fewer than n: the top two of the masked (1, 2); 0 fell by 0.6
+    assert second.commit == [1, 2] and second.remask == [0]
+
+
+def test_saber_takes_nothing_back_once_its_window_is_done():
+    r = rule("saber")
+    choice = r.choose(scores([0.9, 0.9, 0.2, 0.2], decoded=[0], window=(0, 2)))
+    assert choice.commit == [1] and choice.remask == []
+
+
+def test_saber_reaches_back_into_earlier_blocks():
+    r = rule("saber", n=1)
+    r.choose(scores([0.9, 0.9, 0.9, 0.9], decoded=[0, 1, 2], window=(2, 4)))
+    s = scores([0.95, 0.9, 0.5, 0.4], decoded=[0, 2, 3], window=(2, 4))      # 1 was taken back in block one
+    assert r.choose(s).commit == [1]
+
+
+def test_saber_take_backs_grow_with_its_commits():
+    r = rule("saber", n=2)
+    r.choose(scores([0.0] * 40))
+    conf = [0.99] * 20 + [0.0] * 20
+    choice = r.choose(scores(conf))
+    assert len(choice.commit) == 20 and len(choice.remask) == math.ceil(20 / 8)
