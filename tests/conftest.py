@@ -78,8 +78,12 @@ def app_module():
 
 
 @pytest.fixture(scope="session")
-def predictor(app_module):
-    """The app's shared embedded model (the same object the served app uses), warmed up as at start."""
+def predictor():
+    """The embedded model, loaded once for the whole session by every test that decodes with it: the app's shared
+    instance (the very object the served app decodes with, so an app test may patch it), which is what
+    ``dico.load_model()`` gives (attention maps available: eager attention, as the golden decodes were made),
+    warmed up as the app warms it at start. Modules that need another model (a stand-in, one pinned to
+    ``DICO_TEST_DEVICE`` in float32) define their own."""
     import dico_ui
     dico_ui.warm_up()
     return dico_ui.get_predictor()

@@ -35,11 +35,6 @@ PASSES = [pytest.param(case, "exact", id=f"exact-{name}",
           if case["example"] in NOISY_EXAMPLES and "settings" not in case]
 
 
-@pytest.fixture(scope="module")
-def predictor():
-    return dico.load_model()
-
-
 def test_golden_decodes_were_made_with_the_shipped_model_and_this_tolerance(predictor):
     assert GOLDEN["model"] == AUTHORS_CODE["model"] == predictor.name
     assert GOLDEN["tie_tolerance"] == AUTHORS_CODE["tie_tolerance"] == TOLERANCE

@@ -4,19 +4,12 @@ import copy
 from pathlib import Path
 
 import pytest
-import torch
 
 import dico
 from dico.lanes import MAX_LANES, Lane, default_label, parse_lanes
 from dico.trace import Trace
 
 GOLDEN = Path(__file__).parent / "golden" / "traces"
-
-
-@pytest.fixture(scope="module")
-def predictor():
-    torch.set_num_threads(1)
-    return dico.load_model(attention=False)
 
 
 def test_a_lane_is_a_method_name_or_an_object_and_its_default_label_names_what_sets_it_apart():

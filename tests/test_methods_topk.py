@@ -2,7 +2,6 @@
 the paper's Observation I. It is a method by name (CLI, app, API, benchmark), and it commits exactly what LLaDA's
 low-confidence sampler commits with steps = gen_length / k."""
 import pytest
-import torch
 
 import dico
 from dico.batch import generate_batch
@@ -10,12 +9,6 @@ from dico.embedded import tasks
 from dico.settings import CACHE_KINDS, MODES, settings_for
 
 GEN, BLOCK = 32, 8
-
-
-@pytest.fixture(scope="module")
-def predictor():
-    torch.set_num_threads(1)
-    return dico.load_model(attention=False)
 
 
 @pytest.fixture(scope="module")
