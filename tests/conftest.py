@@ -1,7 +1,7 @@
 """Shared test setup: no outbound traffic, the `noisy` pass, the app served on a free local port, Playwright on
 the system chromium.
 
-The app fixtures import gradio lazily, so library and figure tests never pay for it.
+The app fixtures import gradio lazily, so figure tests and library tests that decode nothing never pay for it.
 """
 import os
 import socket
