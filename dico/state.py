@@ -204,3 +204,20 @@ def parent_tokens_before(trace: Trace, at: int) -> list[int | None]:
 def _text(parent: Trace, run, token: int) -> str:
     text = parent.vocab.get(str(token)) or run.predictor.token_text(token)
     return text.strip() or repr(text)
+
+
+def candidates(predictor, trace: Trace, at: int, position: int, k: int = 5) -> list[tuple[int, str, float]]:
+    """The model's top ``k`` tokens at a response ``position`` in the pass of step ``at`` (the state before that step,
+    rebuilt as a fork rebuilds it): (token id, its text, its probability), most likely first. What a teacher's
+    "force" offers (the mask token never among them)."""
+    run = replay(predictor, trace, min(at, len(trace.steps)))
+    pos = _offset(position, trace.gen_length, "position")
+    if not 1 <= k <= 50:
+        raise ValueError(f"k: must be in 1..50, got {k!r}")
+    logits, _ = run.forward()
+    row = logits[run.m + pos].float().clone()
+    row[predictor.mask_id] = -torch.inf
+    probs = torch.softmax(row, dim=-1)
+    top = probs.topk(k)
+    return [(int(t), predictor.token_text(int(t)), round(float(p), 5))
+            for t, p in zip(top.indices.cpu(), top.values.cpu())]

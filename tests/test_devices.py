@@ -21,7 +21,7 @@ MODES = ("non-ar", "semi-ar")
 
 
 def commits(trace: dico.Trace) -> list:
-    return [[s.phase, s.committed, s.tokens, s.seeds, s.clusters] for s in trace.steps]
+    return [[s.phase, s.committed, s.tokens, s.seeds, s.clusters, s.remasked] for s in trace.steps]
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +70,10 @@ def test_the_model_runs_on_the_accelerator(gpu):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("method", dico.METHODS)
 def test_every_method_and_mode_decodes_as_on_the_cpu_with_attention_maps(cpu, gpu, method, mode):
-    want, got = decode_both(cpu, gpu, method, mode, capture_attention=True)
+    maps = method != "wino"                                  # WINO's mirrored pass returns no attention maps
+    want, got = decode_both(cpu, gpu, method, mode, capture_attention=maps)
     assert commits(got) == commits(want) and got.text == want.text
-    assert got.attention.matrix == want.attention.matrix
+    assert not maps or got.attention.matrix == want.attention.matrix
     assert got.device == "cuda" and want.device == "cpu"
 
 

@@ -41,7 +41,7 @@ MISSES: set = set()
 @pytest.mark.slow
 @pytest.mark.parametrize("item", ISSUE_PROMPTS, ids=lambda item: item.prompt.split()[0])
 @pytest.mark.parametrize("mode", ["non-ar", "semi-ar"])
-@pytest.mark.parametrize("method", dico.METHODS)
+@pytest.mark.parametrize("method", ("vanilla", "topk", "fast", "fast-factor", "dico"))   # the card's runs
 def test_issue_16_prompts_decode_right_with_the_name_and_object_copied(predictor, item, mode, method, request):
     if (item.prompt.split()[0], mode, method) in MISSES:
         request.applymarker(pytest.mark.xfail(strict=True, reason="issue 16 target not met by the shipped model"))

@@ -259,10 +259,10 @@ def test_remote_code_models_decode_with_every_method_stop_at_their_end_token_and
     end = p.tokenizer.get_vocab()[END_TOKEN[kind]]
     for method in dico.METHODS:
         trace = dico.generate(p, "w1 w2 w3", method, mode=mode, gen_length=12, block_length=6,
-                              capture_attention=True)
+                              capture_attention=method != "wino")          # WINO's mirrored pass returns no maps
         assert trace.response[-3:] == [end] * 3 and trace.answer_length <= 9   # the model ends its last 3
         assert END_TOKEN[kind] not in trace.text and p.mask_id not in trace.response
-        assert trace.attention is not None and len(trace.attention.matrix) == 3
+        assert method == "wino" or (trace.attention is not None and len(trace.attention.matrix) == 3)
 
 
 @pytest.mark.parametrize("kind, qk_norm", [("llada", False), ("llada", True), ("dream", False)])

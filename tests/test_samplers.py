@@ -95,7 +95,7 @@ def test_more_steps_than_masks_still_commit_a_token_each_step():
 
 # ============================================================================ sampling
 
-@pytest.mark.parametrize("method", dico.METHODS)
+@pytest.mark.parametrize("method", [m for m in dico.METHODS if m != "wino"])     # WINO: a stand-in has no mirror
 def test_sampling_is_reproducible_for_a_seed_and_differs_between_seeds(method):
     def response(seed):
         return dico.generate(predictor(3), PROMPT, method, gen_length=16, temperature=1.0, random_seed=seed).response
