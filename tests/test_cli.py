@@ -204,3 +204,28 @@ def test_docs_settings_block_is_what_the_settings_declare():
     page = (ROOT / "docs" / "settings.md").read_text()
     block = page.split("<!-- settings:start -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
     assert block == settings_markdown(), "docs/settings.md is stale: paste `python -m dico settings` between markers"
+
+
+def test_constrain_fixes_words_and_fork_rewinds_a_saved_run_and_edits_it(tiny, capsys, tmp_path):
+    common = ["generate", "--model", tiny["folder"], "--gen-length", "12", "--method", "topk", "--k", "3"]
+    assert main([*common, "--prompt", PROMPT, "--constrain", "0:Tom", "--json", str(tmp_path / "run.json")]) == 0
+    parent = Trace.load(tmp_path / "run.json")
+    assert parent.constraints and parent.response[0] == int(next(iter(parent.constraints.values())))
+    capsys.readouterr()
+    assert main(["generate", "--model", tiny["folder"], "--fork", str(tmp_path / "run.json"), "--at", "1",
+                 "--force", "5=#42", "--remask", str(parent.steps[0].committed[-1]),
+                 "--json", str(tmp_path / "fork.json")]) == 0
+    child = Trace.load(tmp_path / "fork.json")
+    assert child.fork["at"] == 1 and child.fork["force"] == {"5": 42} and child.response[5] == 42
+    assert LAST_LINE.match(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--prompt", PROMPT, "--constrain", "Tom"], "constraints"),
+    (["--prompt", PROMPT, "--constrain", "99:Tom"], "constraints"),
+    (["--prompt", PROMPT, "--at", "3"], "at"),
+    (["--fork", "{tmp}/missing.json"], "fork"),
+])
+def test_bad_constraints_and_forks_exit_2_naming_the_field(tiny, capsys, args, field):
+    assert main(tiny["fill"](["generate", "--model", "{tiny}", "--gen-length", "12", *args])) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"error: {field}:")
