@@ -6,7 +6,7 @@
 ``dico`` decodes and records traces, ``visuals`` draws them; this package wires them to a page and
 imports gradio (``dico`` never does).
 """
-from dico_ui.models import get_predictor, warm_up  # noqa: F401  (first: `spaces` before torch on ZeroGPU)
+from dico_ui.models import get_predictor, warm_up  # noqa: F401, I001  (first: `spaces` before torch on ZeroGPU)
 from dico_ui.layout import build_demo
 from dico_ui.serve import LAUNCH, QUEUE
 

@@ -20,7 +20,7 @@ from dico.trace import bundle_json
 from dico_ui.handlers import EXAMPLE_RUN
 from dico_ui.models import get_predictor, warm_up
 from dico_ui.race import race
-from dico_ui.request import DEFAULT_METHODS, RunRequest
+from dico_ui.request import DEFAULT_METHODS, parse_request
 from dico_ui.text import EXAMPLES
 
 # The lanes of the run the page opens on: the paper's Figure 1 (naive top-k) beside the methods that avoid it.
@@ -30,7 +30,7 @@ NAIVE = 1                                   # LESSON_LANES' index of the lane th
 
 def race_traces(predictor, prompt: str, lanes=LESSON_LANES) -> list:
     """The race the page runs (own-step timing), non-AR at the default length: its finished traces."""
-    req = RunRequest(prompt=prompt, mode=NON_AR, gen_length=DEFAULT_GEN_LENGTH, methods=list(lanes))
+    req = parse_request(prompt, list(lanes), mode=NON_AR, gen_length=DEFAULT_GEN_LENGTH)
     *_, last = race(predictor, req)
     return last.traces
 

@@ -1,13 +1,13 @@
 """The page's event handlers: plain functions of component values, unit-tested without a server.
 
-Every result-producing handler returns (or streams) the ``RESULTS`` outputs in order. A run first clears
-the previous results (so an error never leaves stale figures), checks the request through the library,
-then streams the race and finally draws every figure from the traces.
+Every handler returns (or streams) its outputs keyed by name: ``{"status": ..., "answers": ...}``; a name left out
+is left as it is on the page (``dico_ui.outputs`` names them, ``dico_ui.wiring`` maps names to components). A run
+checks its request first (a bad value is said in the status and one toast, and the page keeps what it shows), then
+clears the previous results, streams the race and finally draws every figure from the traces.
 """
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import time
 from pathlib import Path
@@ -15,180 +15,101 @@ from pathlib import Path
 import gradio as gr
 
 import visuals
-from dico.trace import MAX_JSON_BYTES, Trace, read_traces
+from dico.trace import MAX_JSON_BYTES, read_traces
 from dico_ui import render, runs
-from dico_ui.about import about_text
-from dico_ui.downloads import write_bundle
 from dico_ui.limits import LIMITS
 from dico_ui.models import EMBEDDED_NAME, HUB_MODELS, describe, get_predictor, gpu, is_warm, mark_warm
+from dico_ui.outputs import RESULTS, banner, cleared, figure, friendly, results  # noqa: F401  (RESULTS: tests)
 from dico_ui.race import Frame, LaneFailed, race, replay, settle
-from dico_ui.request import build_request, check, settings_from_controls, settings_from_json
-from dico_ui.runs import clicked, closed, stop  # noqa: F401  (wired in layout)
+from dico_ui.request import api_request, check, page_request
+from dico_ui.runs import clicked, closed, stop  # noqa: F401  (wired in dico_ui.wiring)
 from dico_ui.text import clean
 
 log = logging.getLogger("dico_ui")
-RESULTS = ("status", "answers", "trajectory", "phases", "clusters", "side_by_side", "masked", "table", "attention",
-           "step_run", "step", "step_view", "step_text", "download", "about", "traces")
 EXAMPLE_RUN = Path(__file__).resolve().parent.parent / "assets" / "ui" / "example_run.json"
 STREAM_INTERVAL = 0.15      # s between streamed frames: enough to watch, few enough for a slow connection
 MAX_SPEED = 50              # replay speed limit, steps per second
 EXPIRED = ("This page's run is no longer kept on the server (a run is kept "
-           f"{LIMITS.session_ttl_s / 60:.0f} minutes after it finishes); press **Run** to decode again.")
-
-
-# ============================================================================ errors
-
-def friendly(title: str):
-    """User errors (ValueError: the library's named-field messages) become a toast without a logged traceback;
-    anything else is logged once and reported without details."""
-    def error(exc: Exception) -> gr.Error:
-        if isinstance(exc, gr.Error):
-            return exc
-        if isinstance(exc, ValueError):
-            return gr.Error(clean(exc), title=title, print_exception=False)
-        log.exception("%s: unexpected error", title)
-        return gr.Error(f"Something went wrong on the server ({type(exc).__name__}); it has been logged. Change "
-                        "the input and try again.", title=title, print_exception=False)
-
-    def wrap(fn):
-        if inspect.isgeneratorfunction(fn):
-            @functools.wraps(fn)
-            def stream(*args, **kwargs):
-                try:
-                    yield from fn(*args, **kwargs)
-                except Exception as exc:  # noqa: BLE001 - nothing reaches the user as a traceback
-                    raise error(exc) from None
-            return stream
-
-        @functools.wraps(fn)
-        def call(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001
-                raise error(exc) from None
-        return call
-    return wrap
-
-
-def _figure(name: str, fn, *args):
-    """A figure from visuals, or none (and a logged error) if this trace cannot be drawn."""
-    try:
-        return fn(*args)
-    except Exception:  # noqa: BLE001 - a figure must never take the page down
-        log.exception("figure %s failed", name)
-        return None
-
-
-# ============================================================================ results
-
-def cleared(status: str) -> tuple:
-    """Every result output emptied: a new run or an error never shows the previous run's figures."""
-    return (status, "", None, None, None, None, None, render.table_frame([]), None, gr.update(choices=[], value=None),
-            gr.update(value=0, maximum=1, interactive=False), None, "", None, about_text([]), [])
-
-
-def results(traces: list[Trace], status: str, outside: str = "") -> tuple:
-    """Every result output (RESULTS order) for finished (or stopped, or uploaded) traces."""
-    main = next((t for t in traces if t.method == "dico"), traces[0])
-    i = traces.index(main)
-    with_attention = next((t for t in traces if t.attention is not None), main)
-    last = max(len(main.steps) - 1, 0)
-    lanes = [(t, t.nfe - 1, "stopped" if t.stopped else "done") for t in traces]
-    return (status, render.lanes_html(lanes, banner=banner(outside)),
-            _figure("trajectory", visuals.trajectory_figure, main),
-            _figure("phase", visuals.phase_figure, main),
-            _figure("cluster", visuals.cluster_figure, main),
-            _figure("side-by-side", visuals.trajectories_side_by_side, traces),
-            _figure("masked fraction", visuals.comparison_figure, traces),
-            render.table_frame(traces),
-            _figure("attention", visuals.attention_figure, with_attention),
-            gr.update(choices=[(f"{t.name}: {t.nfe} steps", j) for j, t in enumerate(traces)], value=i),
-            gr.update(minimum=0, maximum=max(last, 1), value=last, interactive=bool(last)),
-            _figure("step view", visuals.step_view_figure, main, last) if main.steps else None,
-            render.step_html(main, last), write_bundle(traces), about_text(traces, outside), traces)
-
-
-def banner(outside: str) -> str:
-    return f'<div class="banner" role="alert">⚠ {clean(outside)}</div>' if outside else ""
+           f"{LIMITS.session_ttl_s / 60:.0f} minutes after it finishes); press Run to decode again.")
 
 
 # ============================================================================ the run
 
 @gpu
 def decode_race(req):
-    """The only function that runs the model (on ZeroGPU it gets the GPU in a worker process; its argument is plain
-    data). It never decides to stop: the caller closes it, which a worker process sees too."""
+    """The only function that runs the model (on ZeroGPU it gets the GPU in a worker process; its argument, a frozen
+    ``RunRequest``, pickles). It never decides to stop: the caller closes it, which a worker process sees too."""
     yield from race(get_predictor(req.model), req)
 
 
-def _refuse(message: str, title: str, raise_errors: bool):
-    """A run that cannot start: said in the status, where the eye is after pressing Run; API callers also get
-    it raised, the page as a toast (an error raised right after a yield can reach the browser before that
-    yield does, leaving the old status on screen)."""
-    yield (f"**{title}**: {clean(message)}",) + tuple(gr.skip() for _ in RESULTS[1:])
-    if raise_errors:
+def _refuse(message: str, title: str, page: bool):
+    """A run that cannot start: said in the status, where the eye is after pressing Run, and the page keeps what
+    it shows. API callers also get it raised, the page one toast (plain text: a toast shows no Markdown)."""
+    yield {"status": f"**{title}**: {clean(message)}"}
+    if not page:
         raise gr.Error(clean(message), title=title, print_exception=False)
     gr.Warning(clean(message), title=title)
 
 
-def _stream(request, make_request, raise_errors: bool = True):
-    """Join the line, check the request, wait for a decoder, clear the page, stream the race, then draw
+def _stream(request, make_request, page: bool):
+    """Check the request, join the line, wait for a decoder, clear the page, stream the race, then draw
     everything from the traces. A run past the line's size is refused at once with the wait it would have had."""
     session = runs.session_of(request)
     since = runs.asked(session)
     if runs.stopped_since(session, since):
-        yield ("Stopped before it started: Stop was pressed while this run waited in the queue.",) + \
-            tuple(gr.skip() for _ in RESULTS[1:])
+        yield {"status": "Stopped before it started: Stop was pressed while this run waited in the queue."}
+        return
+    try:
+        req = make_request()
+        predictor, warnings, outside = check(req, runs.pass_s)
+    except ValueError as exc:               # a bad value never wipes what the page shows
+        yield from _refuse(str(exc), "Cannot run", page)
         return
     ticket = runs.LINE.join(session)
     if ticket is None:
-        yield from _refuse(runs.busy(), "Busy", raise_errors)
+        yield from _refuse(runs.busy(), "Busy", page)
         return
     try:
-        try:
-            req = make_request()
-            predictor, warnings, outside = check(req)
-        except ValueError as exc:                    # an error never leaves the previous run's figures
-            yield cleared("Checking the request…")
-            yield from _refuse(str(exc), "Cannot run", raise_errors)
-            return
         for warning in warnings:
             gr.Warning(clean(warning))
-        while True:
-            turn = runs.LINE.wait(ticket, timeout=1.0)
-            why = runs.ended(session, since)             # asked after the turn too: a Stop meanwhile still counts
-            if why == "gone":
-                runs.forget_session(session)
-                return
-            if why:
-                yield ("Stopped before it started: you left the line.",) + tuple(gr.skip() for _ in RESULTS[1:])
-                return
-            if turn:
-                break
-            yield (runs.waiting(ticket),) + tuple(gr.skip() for _ in RESULTS[1:])    # the last run stays meanwhile
-        yield cleared("Starting…")
-        yield from _race(session, since, req, predictor, outside)
+        if (yield from _wait(session, since, ticket)):
+            yield cleared("Starting…" + "".join(f"  \n⚠ {clean(w)}" for w in warnings))
+            yield from _race(session, since, req, predictor, outside)
     finally:
         runs.LINE.leave(ticket)
+        runs.trim_sessions()            # gradio's own per-session tables, bounded by the sessions it keeps
 
 
-def _race(session: str, since: float, req, predictor, outside: str):
-    """Stream the race; close it between two steps when it must end (Stop, page closed, time limit, a fault)."""
-    token_text = functools.lru_cache(maxsize=4096)(predictor.token_text)
-    skip = tuple(gr.skip() for _ in RESULTS[2:])
-    cold = "" if is_warm(req.model) else " (first run on this model: its timing includes warming up)"
+def _wait(session: str, since: float, ticket):
+    """Wait for this run's turn to decode, saying how long; False when it must not run (Stop, page gone)."""
+    while True:
+        turn = runs.LINE.wait(ticket, timeout=1.0)
+        why = runs.ended(session, since)             # asked after the turn too: a Stop meanwhile still counts
+        if why == "gone":
+            runs.forget_session(session)
+            return False
+        if why:
+            yield {"status": "Stopped before it started: you left the line."}
+            return False
+        if turn:
+            return True
+        yield {"status": runs.waiting(ticket)}       # the last run stays meanwhile
+
+
+def _frames(session: str, since: float, req, token_text, predictor, outside: str, stream: dict):
+    """Stream the race's frames to the page, closing it when it must end (Stop, page closed, time limit, a
+    fault). ``stream`` gets what happened: the last frame, why it ended, the fault."""
     started, shown = time.perf_counter(), 0.0
-    frame, why, failed = None, None, None
     frames = decode_race(req)
     try:
-        while not (why := runs.ended(session, since, started if frame else None)):    # a run shows a step
+        while not (why := runs.ended(session, since, started if stream.get("frame") else None)):
             try:
-                frame = next(frames)
+                stream["frame"] = frame = next(frames)
             except StopIteration:
                 break
             except Exception as exc:  # noqa: BLE001 - a fault ends this run only; the partial answers stay
                 log.exception("the race failed")
-                failed = exc
+                stream["failed"] = exc
                 break
             if frame.finished:
                 break
@@ -196,10 +117,21 @@ def _race(session: str, since: float, req, predictor, outside: str):
                 continue
             shown = time.perf_counter()
             lanes = [(lane.trace, lane.k, lane.state) for lane in frame.lanes if lane.trace is not None]
-            yield (race_status(frame, describe(predictor)), render.lanes_html(lanes, token_text, banner(outside))) \
-                + skip
+            yield {"status": race_status(frame, describe(predictor)),
+                   "answers": render.lanes_html(lanes, token_text, banner(outside))}
+        stream["why"] = why
     finally:
         frames.close()
+        stream["seconds"] = time.perf_counter() - started
+
+
+def _race(session: str, since: float, req, predictor, outside: str):
+    """Stream the race, then draw every figure from its traces with a status saying how it ended."""
+    token_text = functools.lru_cache(maxsize=4096)(predictor.token_text)
+    cold = "" if is_warm(req.model) else " (first run on this model: its timing includes warming up)"
+    stream: dict = {}
+    yield from _frames(session, since, req, token_text, predictor, outside, stream)
+    frame, why, failed = stream.get("frame"), stream.get("why"), stream.get("failed")
     if why == "gone":          # nobody will see the figures: draw none; gradio just revived the session, drop it
         runs.forget_session(session)
         return
@@ -210,17 +142,25 @@ def _race(session: str, since: float, req, predictor, outside: str):
         yield cleared(f"**The run failed** before its first step: {failure(failed)}" if failed else
                       "Stopped before the first step.")
         return
-    took = f"in {time.perf_counter() - started:.1f} s on {clean(describe(predictor))}{cold}"
+    if not failed and not cold:
+        runs.paced(stream["seconds"], sum(t.nfe for t in frame.traces), frame.traces[0].prompt_length + req.gen_length)
+    took = f"in {stream['seconds']:.1f} s on {clean(describe(predictor))}{cold}"
+    yield results(frame.traces, f"{ending(frame, why, failed)} {took}.  \n" + render.summary(frame.traces, outside),
+                  outside)
+
+
+def ending(frame: Frame, why: str | None, failed: Exception | None) -> str:
+    """How a race ended, the start of its status."""
     if failed:
-        verb = (f"**The run failed**: {failure(failed)}. The partial answers (up to step "
+        return (f"**The run failed**: {failure(failed)}. The partial answers (up to step "
                 f"{max(t.nfe for t in frame.traces)}) stay on screen; press Run to try again. Ran")
-    elif why == "time":
-        verb = (f"Stopped at the time limit ({LIMITS.run_seconds:.0f} s a run on this shared server) at step "
+    if why == "time":
+        return (f"Stopped at the time limit ({LIMITS.run_seconds:.0f} s a run on this shared server) at step "
                 f"{frame.round}; the partial answers and figures stay on screen. Ran")
-    else:
-        verb = (f"Stopped at step {frame.round}; the partial answers and figures stay on screen, press Run to start "
-                "again. Ran" if frame.stopped else "Done")
-    yield results(frame.traces, f"{verb} {took}.  \n" + render.summary(frame.traces, outside), outside)
+    if frame.stopped:
+        return (f"Stopped at step {frame.round}; the partial answers and figures stay on screen, press Run to start "
+                "again. Ran")
+    return "Done"
 
 
 def failure(exc: Exception | None) -> str:
@@ -241,12 +181,12 @@ def race_status(frame: Frame, where: str = "") -> str:
     return f"Racing{' on ' + clean(where) if where else ''}: " + " · ".join(lines)
 
 
-@friendly("Cannot run")
-def run_ui(request: gr.Request, prompt, model, mode, gen_length, block_length, methods, capture_attention, *settings):
-    """The Run button: the generated settings controls' values, in ``request.CONTROLS`` order, after the rest."""
-    yield from _stream(request, lambda: build_request(prompt, model, mode, gen_length, block_length, methods,
-                                                      settings_from_controls(methods or [], settings),
-                                                      capture_attention), raise_errors=False)
+@friendly("Cannot run", page=True)
+def run_ui(request: gr.Request, prompt, model, mode, gen_length, block_length, lanes, capture_attention, *settings):
+    """The Run button: the lane rows (``lane_controls.collect``), then the generated settings controls' values in
+    ``request.CONTROLS`` order. Lanes are named as the page names them ("Lane 2: label")."""
+    yield from _stream(request, lambda: page_request(prompt, model, mode, gen_length, block_length, lanes,
+                                                     capture_attention, settings), page=True)
 
 
 @friendly("Cannot run")
@@ -257,15 +197,15 @@ def run_api(request: gr.Request, prompt, model, mode, gen_length, block_length, 
         Client(url).predict(prompt, "dico-tiny", "non-ar", 96, 32, ["vanilla", {"method": "topk", "settings":
                             {"k": 4}}, "fast"], {"fast": {"threshold": 0.9}}, True, api_name="/run")
     """
-    yield from _stream(request, lambda: build_request(prompt, model, mode, gen_length, block_length, methods,
-                                                      settings_from_json(settings), capture_attention))
+    yield from _stream(request, lambda: api_request(prompt, model, mode, gen_length, block_length, methods,
+                                                    settings, capture_attention), page=False)
 
 
 # ============================================================================ replays, step view, models
 
-@friendly("Cannot replay this file")
-def replay_upload(path):
-    """Draw every figure from an uploaded trace file (a bundle or one trace) without a model."""
+def _replayed(path) -> dict:
+    """Every result output drawn from a trace file (a bundle or one trace) without a model, and the prompt box
+    filled with the file's prompt."""
     if not path:
         raise ValueError("file: no file was uploaded")
     path = Path(path)
@@ -273,42 +213,51 @@ def replay_upload(path):
         raise ValueError(f"file: is {path.stat().st_size / 2**20:.1f} MiB, over the {MAX_JSON_BYTES // 2**20} MiB "
                          "limit")
     traces = read_traces(path.read_bytes())
-    return results(traces, f"Replayed {len(traces)} trace(s) from **{clean(path.name)}**.  \n"
-                   + render.summary(traces))
+    prompt = traces[0].prompt
+    shown = prompt if len(prompt) <= 80 else prompt[:79].rstrip() + "…"
+    status = (f"Replayed {len(traces)} trace(s) of the prompt “{clean(shown)}” (from the file "
+              f"{clean(path.name)}).  \n" + render.summary(traces))
+    return {**results(traces, status), "prompt": prompt}
 
 
-def first_impression():
+replay_upload = friendly("Cannot replay this file", page=True)(_replayed)
+replay_upload.__doc__ = "The page's upload: a bad file is said in the status and one toast; the page keeps its run."
+replay_api = friendly("Cannot replay this file")(_replayed)
+replay_api.__doc__ = "API ``/replay``: every result output (and the prompt) from an uploaded trace file."
+
+
+def first_impression() -> dict:
     """The page opens on a finished example run, drawn from traces shipped in assets/ui (no model needed): every
-    result output, then the prompt box filled with the example's prompt."""
+    result output, and the prompt box filled with the example's prompt."""
     try:
         traces = read_traces(EXAMPLE_RUN.read_bytes())
     except (OSError, ValueError) as exc:
         log.warning("no example run from %s (python -m dico_ui.examples makes it): %s", EXAMPLE_RUN, exc)
         return cleared("_The example run shipped with this copy could not be read, so the page opens empty._ "
-                       "Press **Run** to decode.") + (gr.skip(),)
+                       "Press **Run** to decode.")
     status = ("A finished example run, replayed from traces shipped with the app: " + render.run_caption(traces[0])
               + ". Press **Replay the race** to watch it again, or **Run** to decode it yourself.  \n"
               + render.summary(traces))
-    return results(traces, status) + (traces[0].prompt,)
+    return {**results(traces, status), "prompt": traces[0].prompt}
 
 
-@friendly("Cannot replay the race")
+@friendly("Cannot replay the race", page=True)
 def replay_race(request: gr.Request, traces, speed):
     """The race of the traces on screen again, at ``speed`` steps per second; Stop ends it."""
     session = runs.session_of(request)
     since = runs.asked(session)
     if not traces:
-        raise ValueError(f"replay: {EXPIRED}")
+        raise ValueError(EXPIRED)
     speed = float(speed or 0)
     if not 0 < speed <= MAX_SPEED:
-        raise ValueError(f"speed: must be in (0, {MAX_SPEED}] steps per second, got {speed:g}")
+        raise ValueError(f"replay speed: must be in (0, {MAX_SPEED}] steps per second, got {speed:g}")
     for frame in replay(traces):
         if runs.ended(session, since):
-            yield f"Replay stopped at step {frame.round}.", gr.skip()
+            yield {"status": f"Replay stopped at step {frame.round}."}
             return
         lanes = [(lane.trace, lane.k, lane.state) for lane in frame.lanes]
-        yield f"Replaying the race: step {frame.round}" + (" (end)" if frame.finished else ""), \
-            render.lanes_html(lanes)
+        yield {"status": f"Replaying the race: step {frame.round}" + (" (end)" if frame.finished else ""),
+               "answers": render.lanes_html(lanes)}
         if not frame.finished:
             time.sleep(1.0 / speed)      # pacing for the eye, not synchronisation
 
@@ -320,64 +269,69 @@ def _trace_at(traces, run_index):
     return traces[i] if 0 <= i < len(traces) else traces[0]
 
 
-@friendly("Cannot show this step")
-def show_step(run_index, k, traces):
-    trace = _trace_at(traces, run_index)
+def _step(trace, k) -> dict:
     if trace is None or not trace.steps:
-        return None, render.step_html(trace, 0)
+        return {"step_view": None, "step_text": render.step_html(trace, 0)}
     k = max(0, min(int(k or 0), len(trace.steps) - 1))
-    return _figure("step view", visuals.step_view_figure, trace, k), render.step_html(trace, k)
+    return {"step_view": figure("step view", visuals.step_view_figure, trace, k),
+            "step_text": render.step_html(trace, k)}
 
 
-@friendly("Cannot show this run")
-def choose_run(run_index, traces):
+def show_step(run_index, k, traces) -> dict:
+    """The step view of run ``run_index`` at step ``k``."""
+    return _step(_trace_at(traces, run_index), k)
+
+
+def choose_run(run_index, traces) -> dict:
+    """Another run chosen in the step view: its last step."""
     trace = _trace_at(traces, run_index)
     if trace is None:
         gr.Warning(EXPIRED)
-        return gr.skip(), gr.skip(), gr.skip()
+        return {}
     last = max(len(trace.steps) - 1, 0)
-    view, text = show_step(run_index, last, traces)
-    return gr.update(maximum=max(last, 1), value=last, interactive=bool(last)), view, text
+    return {"step": gr.update(maximum=max(last, 1), value=last, interactive=bool(last)), **_step(trace, last)}
 
 
 PLAY, PAUSE = "▶ Play", "⏸ Pause"
 
 
-def toggle_play(playing, k, run_index, traces):
+def toggle_play(playing, k, run_index, traces) -> dict:
     """Start or stop stepping through the run; starting at the last step rewinds to step 0."""
     trace = _trace_at(traces, run_index)
     if trace is None and not playing:
         gr.Warning(EXPIRED)
     if playing or trace is None or len(trace.steps) < 2:
-        return gr.Timer(active=False), gr.update(value=PLAY), False, gr.skip()
+        return {"timer": gr.Timer(active=False), "play": gr.update(value=PLAY), "playing": False}
     at_end = int(k or 0) >= len(trace.steps) - 1
-    return gr.Timer(active=True), gr.update(value=PAUSE), True, (0 if at_end else gr.skip())
+    return {"timer": gr.Timer(active=True), "play": gr.update(value=PAUSE), "playing": True,
+            **({"step": 0} if at_end else {})}
 
 
-def tick(k, run_index, traces):
+def tick(k, run_index, traces) -> dict:
     """One frame of Play: the next step, stopping at the last one."""
     trace = _trace_at(traces, run_index)
     if trace is None or int(k or 0) >= len(trace.steps) - 1:
-        return gr.skip(), gr.Timer(active=False), gr.update(value=PLAY), False
-    return int(k or 0) + 1, gr.skip(), gr.skip(), gr.skip()
+        return {"timer": gr.Timer(active=False), "play": gr.update(value=PLAY), "playing": False}
+    return {"step": int(k or 0) + 1}
 
 
-def choose_model(model):
+def choose_model(model) -> dict:
     """Load the chosen model and say where it runs; a hub model that cannot load leaves the embedded one chosen."""
     try:
         predictor = get_predictor(model)
     except ValueError as exc:
         gr.Warning(clean(exc))
-        return EMBEDDED_NAME, model_note(get_predictor(EMBEDDED_NAME), failed=HUB_MODELS.get(model, model))
-    return gr.skip(), model_note(predictor)
+        return {"model": EMBEDDED_NAME,
+                "model_note": model_note(get_predictor(EMBEDDED_NAME), failed=HUB_MODELS.get(model, model))}
+    return {"model_note": model_note(predictor)}
 
 
-def current_model_note() -> str:
+def current_model_note() -> dict:
     """At page load: where the embedded model runs (loading it if the warm-up has not yet)."""
     try:
-        return model_note(get_predictor(EMBEDDED_NAME))
+        return {"model_note": model_note(get_predictor(EMBEDDED_NAME))}
     except ValueError as exc:
-        return f"**The embedded model cannot be loaded**: {clean(exc)}"
+        return {"model_note": f"**The embedded model cannot be loaded**: {clean(exc)}"}
 
 
 def model_note(predictor=None, failed: str = "") -> str:
@@ -387,5 +341,5 @@ def model_note(predictor=None, failed: str = "") -> str:
     return where
 
 
-def show_block_length(mode):
-    return gr.update(visible=mode == "semi-ar")
+def show_block_length(mode) -> dict:
+    return {"block_length": gr.update(visible=mode == "semi-ar")}

@@ -1,7 +1,8 @@
 """The page's lanes: up to ``MAX_LANES`` rows, each a method, the setting that names its lane (k, threshold,
 factor, steps; blank: the Settings panel's value) and a label (blank: the default one, ``dico.lanes``); Add,
 Remove and presets. ``build`` declares the rows inside the page's ``gr.Blocks``; the handlers are plain
-functions of component values, and ``collect`` turns the rows into the lanes ``/run`` takes.
+functions of component values returning their outputs by name (``Slots.named``), and ``collect`` turns the rows
+into the lanes ``/run`` takes. The menu lists every method of ``dico.settings.METHODS``.
 """
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ PRESETS = {
                               {"method": "fast", "settings": {"threshold": 0.7}}],
 }
 PER_SLOT = 3            # method, knob, label: the values of one row, in ``inputs`` order
+ADD, FULL = "+ Add a lane", f"{MAX_LANES} lanes at most"
+FULL_NOTE = (f"{MAX_LANES} lanes is the most that race side by side: remove one (✕) to add another, or change a "
+             "lane's method.")
+LAST_NOTE = "A race needs at least one lane: change this lane's method instead of removing it."
 
 
 @dataclass
@@ -35,6 +40,7 @@ class Slots:
     removes: list
     add: gr.Button
     preset: gr.Dropdown
+    note: gr.Markdown
 
     @property
     def inputs(self) -> list:
@@ -42,8 +48,11 @@ class Slots:
         return [self.count] + [c for i in range(MAX_LANES) for c in (self.methods[i], self.knobs[i], self.labels[i])]
 
     @property
-    def outputs(self) -> list:
-        return self.inputs + self.rows + [self.add]
+    def named(self) -> dict:
+        """Every output of the lane handlers by the name they return it under."""
+        rows = {f"{kind}-{i}": c for kind, cs in (("method", self.methods), ("knob", self.knobs),
+                                                 ("label", self.labels), ("row", self.rows)) for i, c in enumerate(cs)}
+        return {"count": self.count, **rows, "add": self.add, "lane_note": self.note}
 
 
 def knob_spec(method: str):
@@ -61,7 +70,7 @@ def knob_update(method: str, value=None) -> dict:
 
 def build(lanes=DEFAULT_METHODS) -> Slots:
     """The lane rows, the Add button and the presets, declared where the page calls it."""
-    choices = [(METHOD_LABELS[m], m) for m in METHODS]
+    choices = [(METHOD_LABELS.get(m, m), m) for m in METHODS]          # every method the library has
     rows, methods, knobs, labels, removes = [], [], [], [], []
     specs_ = [_spec(s) for s in lanes]
     with gr.Group(elem_id="lanes"):
@@ -80,9 +89,11 @@ def build(lanes=DEFAULT_METHODS) -> Slots:
                 removes.append(gr.Button("✕", elem_id=f"lane-{i}-remove", size="sm", scale=0, min_width=36))
             rows.append(row)
     with gr.Row(elem_id="lane-tools"):
-        add = gr.Button("+ Add a lane", elem_id="add-lane", size="sm", min_width=110, interactive=len(specs_) < MAX_LANES)
+        full = len(specs_) >= MAX_LANES
+        add = gr.Button(FULL if full else ADD, elem_id="add-lane", size="sm", min_width=110, interactive=not full)
         preset = gr.Dropdown(list(PRESETS), value=None, label="Preset lanes", elem_id="lane-preset", min_width=180)
-    return Slots(gr.State(len(specs_)), rows, methods, knobs, labels, removes, add, preset)
+    note = gr.Markdown(FULL_NOTE if full else "", elem_id="lane-note")
+    return Slots(gr.State(len(specs_)), rows, methods, knobs, labels, removes, add, preset, note)
 
 
 def _spec(lane) -> tuple[str, dict, str]:
@@ -95,19 +106,22 @@ def _rows(values) -> tuple[int, list[tuple]]:
     return count, [tuple(flat[i * PER_SLOT:(i + 1) * PER_SLOT]) for i in range(MAX_LANES)]
 
 
-def _show(count: int, rows: list[tuple]) -> tuple:
-    """Every output of ``Slots.outputs`` for ``count`` rows holding ``rows`` (method, knob, label)."""
-    out = [count]
-    for method, knob, label in rows:
-        out += [method, knob_update(method, knob), label]
-    return tuple(out + [gr.update(visible=i < count) for i in range(MAX_LANES)] +
-                 [gr.update(interactive=count < MAX_LANES)])
+def _show(count: int, rows: list[tuple], note: str = "") -> dict:
+    """Every output of ``Slots.named`` for ``count`` rows holding ``rows`` (method, knob, label); a full race
+    says why Add is off, in its button and the note under it."""
+    out: dict = {"count": count}
+    for i, (method, knob, label) in enumerate(rows):
+        out |= {f"method-{i}": method, f"knob-{i}": knob_update(method, knob), f"label-{i}": label,
+                f"row-{i}": gr.update(visible=i < count)}
+    full = count >= MAX_LANES
+    return out | {"add": gr.update(interactive=not full, value=FULL if full else ADD),
+                  "lane_note": note or (FULL_NOTE if full else "")}
 
 
 def apply_preset(name, *values):
     """A preset's lanes in the rows (its knobs and labels too); the rest hidden."""
     if name not in PRESETS:
-        return tuple(gr.skip() for _ in range(1 + PER_SLOT * MAX_LANES + MAX_LANES + 1))
+        return {}
     lanes = [_spec(lane) for lane in PRESETS[name]]
     rows = [(m, knob_spec(m) and s.get(knob_spec(m).name), label) for m, s, label in lanes]
     rows += [("vanilla", None, "")] * (MAX_LANES - len(rows))
@@ -118,7 +132,6 @@ def add_lane(*values):
     """One more row (at most ``MAX_LANES``), on a method no row runs yet, else naive top-k."""
     count, rows = _rows(values)
     if count >= MAX_LANES:
-        gr.Warning(f"lanes: at most {MAX_LANES} race side by side")
         return _show(count, rows)
     used = {m for m, _, _ in rows[:count]}
     method = next((m for m in METHODS if m not in used), "topk")
@@ -130,8 +143,7 @@ def remove_lane(i: int, *values):
     """Row ``i`` out, the rows below it move up; the last row stays."""
     count, rows = _rows(values)
     if count <= 1:
-        gr.Warning("lanes: a race needs at least one lane")
-        return _show(count, rows)
+        return _show(count, rows, LAST_NOTE)
     rows = rows[:i] + rows[i + 1:] + [("vanilla", None, "")]
     return _show(count - 1, rows)
 

@@ -1,8 +1,8 @@
-"""The page, declared in one ``gr.Blocks`` block: prose and CSS come from ``assets/ui``, the settings
-controls are generated from ``dico.settings.specs``, the handlers live in ``dico_ui.handlers``."""
+"""The page, declared in one ``gr.Blocks`` block, top to bottom: prose and CSS come from ``assets/ui``, the
+settings controls are generated from ``dico.settings.specs``; every component gets a name (``c["status"]``), the
+events are wired by name in ``dico_ui.wiring`` and the handlers live in ``dico_ui.handlers``."""
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import warnings
@@ -13,13 +13,15 @@ import gradio as gr
 import visuals
 from dico.models import EMBEDDED_NAME
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, MODES, SETTINGS
-from dico_ui import handlers as h, lane_controls
+from dico_ui import handlers as h
+from dico_ui import lane_controls
 from dico_ui.about import about_text
 from dico_ui.limits import LIMITS
 from dico_ui.models import model_choices
 from dico_ui.render import TABLE_COLUMNS
 from dico_ui.request import CONTROLS, MAX_GEN_LENGTH, group_label
 from dico_ui.text import EXAMPLES, prose
+from dico_ui.wiring import wire
 
 # gradio 5.50 is pinned (see requirements.txt); its notices about gradio 6 APIs are noise here.
 warnings.filterwarnings("ignore", message=r".*Gradio 6\.0", category=DeprecationWarning)
@@ -28,8 +30,6 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_TABLE = ROOT / "assets" / "bench" / "table1.json"
 FRONTIER = ROOT / "assets" / "bench" / "frontier.json"
 FRONTIER_COMMAND = "python -m dico.bench frontier --json assets/bench/frontier.json --markdown assets/bench/frontier.md"
-# Plots drawn while their tab was hidden keep plotly's default width; a tab switch sends a resize.
-RESIZE_PLOTS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 50); }"
 THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate",
                        font=["ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"],
                        font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"])
@@ -105,144 +105,135 @@ def frontier_view(path: Path = FRONTIER) -> tuple:
         "step commits the k most confident masked positions each pass, whether or not they fit together.")
 
 
-def stamp(trigger):
-    """``trigger`` (a click or submit) first records its moment, outside the queue."""
-    return trigger(h.clicked, None, None, queue=False, show_api=False)
-
-
 def build_demo() -> gr.Blocks:
-    examples, examples_notice = load_examples(EXAMPLES)
+    """The page: its layout, declared top to bottom, then its events (``dico_ui.wiring.wire``)."""
     with gr.Blocks(theme=THEME, css=prose("style.css"), title="DiCo Explorer", delete_cache=(1800, 3600)) as demo:
-        # A page's traces: dropped when the page closes (handlers.closed), LIMITS.session_ttl_s after the last
-        # write, or when LIMITS.sessions newer sessions push it out (launch's state_session_capacity).
-        traces_state = gr.State([], time_to_live=LIMITS.session_ttl_s)
-        playing = gr.State(False, time_to_live=LIMITS.session_ttl_s)
         gr.Markdown(prose("intro.md").replace("${embedded}", EMBEDDED_NAME), elem_id="intro")
         with gr.Row(equal_height=False, elem_id="top"):
             with gr.Column(scale=3, min_width=300):
-                prompt = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
-                                    placeholder="e.g. Tom has 5 apples. He buys 3 more apples. How many apples does "
-                                                "Tom have now?")
-                if examples:
-                    gr.Examples([[e["prompt"]] for e in examples], inputs=[prompt], label="Examples",
-                                example_labels=[example_label(e) for e in examples], examples_per_page=len(examples),
-                                elem_id="examples")
-                else:
-                    gr.Markdown(examples_notice, elem_id="examples-notice")
-                with gr.Row(elem_id="run-row"):
-                    run_btn = gr.Button("Run", variant="primary", elem_id="run", scale=3, min_width=100)
-                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", scale=1, min_width=80)
-                status = gr.Markdown("Loading the example run…", elem_id="status")
-                answers = gr.HTML(elem_id="answers", padding=False)
-                with gr.Row(elem_id="replay-row"):
-                    speed = gr.Number(10, label="replay speed (steps per second)", elem_id="speed", min_width=160,
-                                      info=f"in (0, {h.MAX_SPEED}]")
-                    replay_btn = gr.Button("Replay the race", elem_id="replay-race", size="sm", min_width=140)
-                with gr.Row():
-                    download = gr.DownloadButton("Download traces (JSON)", elem_id="download", size="sm")
-                    upload = gr.UploadButton("Replay a trace file…", file_types=[".json"], type="filepath",
-                                             elem_id="upload", size="sm")
+                c = run_column()
             with gr.Column(scale=2, min_width=300):
-                model = gr.Dropdown(model_choices(), value=EMBEDDED_NAME, label="Model", elem_id="model")
-                model_note = gr.Markdown(elem_id="model-note")
-                mode = gr.Radio([("non-AR (whole response)", MODES[0]), ("semi-AR (blocks)", MODES[1])],
-                                value=MODES[0], label="Mode", elem_id="mode",
-                                info="non-AR decodes anywhere in the response; semi-AR block by block")
-                with gr.Row():
-                    gen_length = gr.Number(DEFAULT_GEN_LENGTH, label="gen_length", elem_id="gen-length", step=8,
-                                           info=f"response positions to fill, 1..{MAX_GEN_LENGTH}", min_width=140)
-                    block_length = gr.Number(DEFAULT_BLOCK_LENGTH, label="block_length", visible=False, step=4,
-                                             elem_id="block-length", info="semi-AR block; divides gen_length",
-                                             min_width=140)
-                gr.Markdown("**Lanes to race**: a method, the setting that names it and a label; two lanes may "
-                            "share a method.", elem_id="lanes-title")
-                slots = lane_controls.build()
-                lanes_state = gr.State([], time_to_live=LIMITS.session_ttl_s)
-                capture_attention = gr.Checkbox(True, label="capture attention (DiCo run)",
-                                                info="record attention maps when the model returns them")
-                with gr.Accordion("Settings (generated from dico/settings.py)", open=False, elem_id="settings"):
-                    gr.Markdown("Checked when you press Run: a value outside its range is reported, never clamped.")
-                    controls = [setting_control(group, spec) for group, spec in CONTROLS]
-        with gr.Tabs(elem_id="results"):
-            with gr.Tab("DiCo trajectory", id="trajectory-tab") as trajectory_tab:
-                trajectory = gr.Plot(show_label=False, elem_id="trajectory-plot")
-                with gr.Row(equal_height=False):
-                    phases = gr.Plot(show_label=False, elem_id="phase-plot", scale=3, min_width=300)
-                    gr.Markdown(prose("phases.md"), elem_classes="phase-note", min_height=0)
-                clusters = gr.Plot(show_label=False, elem_id="cluster-plot")
-            with gr.Tab("Comparison", id="comparison-tab") as comparison_tab:
-                table = gr.Dataframe(headers=list(TABLE_COLUMNS), label="Answer against padding, steps and speed-ups "
-                                     "(relative to Vanilla)", elem_id="comparison-table", interactive=False, wrap=True)
-                masked = gr.Plot(show_label=False, elem_id="masked-plot")
-                side_by_side = gr.Plot(show_label=False, elem_id="side-by-side-plot")
-            with gr.Tab("Attention", id="attention-tab") as attention_tab:
-                gr.Markdown("Where the still-masked positions of the DiCo run look, early, midway and late in "
-                            "decoding (averaged over layers and heads). Key 0 is the whole prompt.")
-                attention = gr.Plot(show_label=False, elem_id="attention-plot")
-            with gr.Tab("Step by step", id="step-tab") as step_tab:
-                step_run = gr.Radio([], label="Run", elem_id="step-run")
-                with gr.Row(equal_height=False, elem_id="step-controls"):
-                    step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="step-slider", interactive=False,
-                                     scale=6, min_width=200)
-                    play_btn = gr.Button(h.PLAY, elem_id="play", scale=1, min_width=100)
-                step_text = gr.HTML(elem_id="step-text", padding=False)
-                step_view = gr.Plot(show_label=False, elem_id="step-plot")
-                timer = gr.Timer(0.7, active=False)
-            with gr.Tab("Benchmark", id="bench-tab") as bench_tab:
-                bench_figure, bench_table = benchmark_view()
-                gr.Plot(bench_figure, show_label=False, elem_id="bench-plot")
-                gr.Markdown(bench_table, elem_id="bench-table")
-                frontier_figure, frontier_note = frontier_view()
-                gr.Plot(frontier_figure, show_label=False, elem_id="frontier-plot")
-                gr.Markdown(frontier_note, elem_id="frontier-note")
-            with gr.Tab("About", id="about-tab"):
-                about = gr.Markdown(about_text([]), elem_id="about")
-        # The API's inputs: plain values the handler checks itself (a choice component would reject a bad value
-        # inside gradio, with a logged traceback and gradio's wording instead of the library's).
-        api_inputs = [gr.Textbox(visible=False), gr.Textbox(visible=False), gr.Textbox(visible=False),
-                      gr.Number(visible=False), gr.Number(visible=False), gr.JSON(visible=False),
-                      gr.JSON(visible=False), gr.Checkbox(visible=False)]
-        api_run = gr.Button(visible=False)
-
-        outputs = [status, answers, trajectory, phases, clusters, side_by_side, masked, table, attention, step_run,
-                   step, step_view, step_text, download, about, traces_state]
-        base = [prompt, model, mode, gen_length, block_length, lanes_state]
-        # always_last: Run pressed while a stopped run is still winding down starts once that one ends (the
-        # default, "once", would drop the click).
-        # concurrency_limit=None: every run reaches its handler at once, which keeps the app's own line
-        # (dico_ui.runs.LINE: LIMITS.decoders decode, LIMITS.queue admitted) and tells the rest it is busy.
-        live = dict(show_progress="minimal", show_progress_on=[status], concurrency_limit=None,
-                    concurrency_id="decode", trigger_mode="always_last")
-        # Each click is stamped before it queues, so Stop can end a run that is still waiting (see handlers.stop).
-        for trigger in (run_btn.click, prompt.submit):      # the rows become the lanes, then the run reads them
-            stamp(trigger).then(lane_controls.collect, slots.inputs[:], lanes_state, queue=False, show_api=False) \
-                .then(h.run_ui, base + [capture_attention] + controls, outputs, show_api=False, **live)
-        slots.add.click(lane_controls.add_lane, slots.inputs, slots.outputs, queue=False, show_api=False)
-        slots.preset.input(lane_controls.apply_preset, [slots.preset] + slots.inputs, slots.outputs, queue=False,
-                           show_api=False)
-        for i in range(len(slots.rows)):
-            slots.removes[i].click(functools.partial(lane_controls.remove_lane, i), slots.inputs, slots.outputs,
-                                   queue=False, show_api=False)
-            slots.methods[i].input(lane_controls.choose_method, slots.methods[i], slots.knobs[i], queue=False,
-                                   show_api=False)
-        stamp(replay_btn.click).then(h.replay_race, [traces_state, speed], [status, answers], show_api=False,
-                                     show_progress="hidden", concurrency_limit=4, trigger_mode="always_last")
-        api_run.click(h.run_api, api_inputs, outputs, api_name="run", **live)
-        stop_btn.click(h.stop, None, [status], queue=False, show_api=False)
-        upload.upload(h.replay_upload, [upload], outputs, api_name="replay", show_progress="minimal")
-        step.change(h.show_step, [step_run, step, traces_state], [step_view, step_text], show_api=False,
-                    show_progress="hidden", concurrency_limit=4)
-        step_run.input(h.choose_run, [step_run, traces_state], [step, step_view, step_text], show_api=False,
-                       show_progress="hidden")
-        play_btn.click(h.toggle_play, [playing, step, step_run, traces_state], [timer, play_btn, playing, step],
-                       show_api=False, show_progress="hidden")
-        timer.tick(h.tick, [step, step_run, traces_state], [step, timer, play_btn, playing], show_api=False,
-                   show_progress="hidden", concurrency_limit=4)
-        model.input(h.choose_model, [model], [model, model_note], show_api=False)
-        mode.change(h.show_block_length, [mode], [block_length], show_api=False, queue=False)
-        demo.load(h.first_impression, None, outputs + [prompt], show_api=False)
-        demo.unload(h.closed)
-        demo.load(h.current_model_note, None, [model_note], show_api=False, show_progress="hidden")
-        for tab in (trajectory_tab, comparison_tab, attention_tab, step_tab, bench_tab):
-            tab.select(None, None, None, js=RESIZE_PLOTS, show_api=False, queue=False)
+                c |= lanes_column()
+        c |= result_tabs() | api_inputs()
+        # A page's traces: dropped when the page closes (handlers.closed), LIMITS.session_ttl_s after the last
+        # write, or when LIMITS.sessions newer sessions push it out (launch's state_session_capacity).
+        c |= {name: gr.State(value, time_to_live=LIMITS.session_ttl_s)
+              for name, value in (("traces", []), ("playing", False), ("lanes", []))}
+        wire(demo, c)
     return demo
+
+
+def run_column() -> dict:
+    """The prompt, its examples, Run and Stop, the status and the race, replay, download and upload."""
+    examples, examples_notice = load_examples(EXAMPLES)
+    c = {"prompt": gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
+                              placeholder="e.g. Tom has 5 apples. He buys 3 more apples. How many apples does "
+                                          "Tom have now?")}
+    if examples:
+        gr.Examples([[e["prompt"]] for e in examples], inputs=[c["prompt"]], label="Examples",
+                    example_labels=[example_label(e) for e in examples], examples_per_page=len(examples),
+                    elem_id="examples")
+    else:
+        gr.Markdown(examples_notice, elem_id="examples-notice")
+    with gr.Row(elem_id="run-row"):
+        c["run"] = gr.Button("Run", variant="primary", elem_id="run", scale=3, min_width=100)
+        c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop", scale=1, min_width=80)
+    c["status"] = gr.Markdown("Loading the example run…", elem_id="status")
+    c["answers"] = gr.HTML(elem_id="answers", padding=False)
+    with gr.Row(elem_id="replay-row"):
+        c["speed"] = gr.Number(10, label="replay speed (steps per second)", elem_id="speed", min_width=160,
+                               info=f"in (0, {h.MAX_SPEED}]")
+        c["replay"] = gr.Button("Replay the race", elem_id="replay-race", size="sm", min_width=140)
+    with gr.Row():
+        c["download"] = gr.DownloadButton("Download traces (JSON)", elem_id="download", size="sm")
+        c["upload"] = gr.UploadButton("Replay a trace file…", file_types=[".json"], type="filepath",
+                                      elem_id="upload", size="sm")
+    return c
+
+
+def lanes_column() -> dict:
+    """The model, the mode and lengths, the lanes to race and the generated settings."""
+    c = {"model": gr.Dropdown(model_choices(), value=EMBEDDED_NAME, label="Model", elem_id="model"),
+         "model_note": gr.Markdown(elem_id="model-note"),
+         "mode": gr.Radio([("non-AR (whole response)", MODES[0]), ("semi-AR (blocks)", MODES[1])], value=MODES[0],
+                          label="Mode", elem_id="mode", info="non-AR decodes anywhere in the response; semi-AR "
+                          "block by block")}
+    with gr.Row():
+        c["gen_length"] = gr.Number(DEFAULT_GEN_LENGTH, label="gen_length", elem_id="gen-length", step=8,
+                                    info=f"response positions to fill, 1..{MAX_GEN_LENGTH}", min_width=140)
+        c["block_length"] = gr.Number(DEFAULT_BLOCK_LENGTH, label="block_length", visible=False, step=4,
+                                      elem_id="block-length", info="semi-AR block; divides gen_length", min_width=140)
+    gr.Markdown("**Lanes to race**: a method, the setting that names it and a label; two lanes may share a method.",
+                elem_id="lanes-title")
+    c["slots"] = lane_controls.build()
+    c["capture_attention"] = gr.Checkbox(True, label="capture attention (DiCo run)",
+                                         info="record attention maps when the model returns them")
+    with gr.Accordion("Settings (generated from dico/settings.py)", open=False, elem_id="settings"):
+        gr.Markdown("Checked when you press Run: a value outside its range is reported, never clamped.")
+        c["controls"] = [setting_control(group, spec) for group, spec in CONTROLS]
+    return c
+
+
+def result_tabs() -> dict:
+    """The figures of a run, tab by tab, then the benchmark and About tabs."""
+    c, tabs = {}, []
+    with gr.Tabs(elem_id="results"):
+        with gr.Tab("DiCo trajectory", id="trajectory-tab") as tab:
+            tabs.append(tab)
+            c["trajectory"] = gr.Plot(show_label=False, elem_id="trajectory-plot")
+            with gr.Row(equal_height=False):
+                c["phases"] = gr.Plot(show_label=False, elem_id="phase-plot", scale=3, min_width=300)
+                gr.Markdown(prose("phases.md"), elem_classes="phase-note", min_height=0)
+            c["clusters"] = gr.Plot(show_label=False, elem_id="cluster-plot")
+        with gr.Tab("Comparison", id="comparison-tab") as tab:
+            tabs.append(tab)
+            c["table"] = gr.Dataframe(headers=list(TABLE_COLUMNS), label="Answer against padding, steps and "
+                                      "speed-ups (relative to Vanilla)", elem_id="comparison-table", interactive=False,
+                                      wrap=True)
+            c["masked"] = gr.Plot(show_label=False, elem_id="masked-plot")
+            c["side_by_side"] = gr.Plot(show_label=False, elem_id="side-by-side-plot")
+        with gr.Tab("Attention", id="attention-tab") as tab:
+            tabs.append(tab)
+            gr.Markdown("Where the still-masked positions of the DiCo run look, early, midway and late in "
+                        "decoding (averaged over layers and heads). Key 0 is the whole prompt.")
+            c["attention"] = gr.Plot(show_label=False, elem_id="attention-plot")
+        with gr.Tab("Step by step", id="step-tab") as tab:
+            tabs.append(tab)
+            c |= step_view()
+        with gr.Tab("Benchmark", id="bench-tab") as tab:
+            tabs.append(tab)
+            benchmark_tab()
+        with gr.Tab("About", id="about-tab"):
+            c["about"] = gr.Markdown(about_text([]), elem_id="about")
+    return c | {"plot_tabs": tabs}
+
+
+def step_view() -> dict:
+    c = {"step_run": gr.Radio([], label="Run", elem_id="step-run")}
+    with gr.Row(equal_height=False, elem_id="step-controls"):
+        c["step"] = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="step-slider", interactive=False,
+                              scale=6, min_width=200)
+        c["play"] = gr.Button(h.PLAY, elem_id="play", scale=1, min_width=100)
+    c["step_text"] = gr.HTML(elem_id="step-text", padding=False)
+    c["step_view"] = gr.Plot(show_label=False, elem_id="step-plot")
+    c["timer"] = gr.Timer(0.7, active=False)
+    return c
+
+
+def benchmark_tab() -> None:
+    bench_figure, bench_table = benchmark_view()
+    gr.Plot(bench_figure, show_label=False, elem_id="bench-plot")
+    gr.Markdown(bench_table, elem_id="bench-table")
+    frontier_figure, frontier_note = frontier_view()
+    gr.Plot(frontier_figure, show_label=False, elem_id="frontier-plot")
+    gr.Markdown(frontier_note, elem_id="frontier-note")
+
+
+def api_inputs() -> dict:
+    """The API's inputs: plain values the handler checks itself (a choice component would reject a bad value
+    inside gradio, with a logged traceback and gradio's wording instead of the library's)."""
+    return {"api_run": [gr.Textbox(visible=False), gr.Textbox(visible=False), gr.Textbox(visible=False),
+                        gr.Number(visible=False), gr.Number(visible=False), gr.JSON(visible=False),
+                        gr.JSON(visible=False), gr.Checkbox(visible=False)],
+            "api": gr.Button(visible=False), "api_file": gr.File(visible=False, type="filepath"),
+            "api_replay": gr.Button(visible=False)}

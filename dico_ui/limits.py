@@ -5,6 +5,7 @@ much work a run may do, how many runs wait, and what lies on disk are all bounde
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 
 
@@ -16,7 +17,9 @@ class Limits:
     run_seconds: float = 60.0       # a run still decoding after this stops, with its partial answers shown
     max_gen_length: int = 256       # response positions a run may ask for
     # --- memory
-    sessions: int = 200             # sessions whose state (traces on screen) is kept, least recently used first out
+    # sessions whose state (traces on screen) is kept, least recently used first out (env DICO_SESSION_CAP: a soak
+    # reaches past a small cap sooner)
+    sessions: int = int(os.environ.get("DICO_SESSION_CAP", "200"))
     session_ttl_s: float = 1800.0   # a page's traces are dropped this long after the run (or upload) that wrote them
     flags: int = 1024               # entries of each small per-session table (Run clicks, Stops, closed pages)
     flag_ttl_s: float = 3600.0      # how long an entry of those tables is kept

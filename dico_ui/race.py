@@ -1,7 +1,7 @@
 """The race: the chosen lanes (a method, its settings and a label; ``dico.lanes``) decode the same prompt at the
 same time, interleaved one step of each in turn (round-robin), so each round is one forward pass of every lane
-still running and the step counters stay comparable. Two lanes may share a method. Stop closes every method's step generator, leaving partial traces marked
-``stopped``; a replay walks saved traces through the same frames.
+still running and the step counters stay comparable. Two lanes may share a method. Stop closes every method's
+step generator, leaving partial traces marked ``stopped``; a replay walks saved traces through the same frames.
 
 Whoever drives the race stops it by closing it between frames (``settle`` then finishes the last frame): that
 works the same when the race runs in a worker process (ZeroGPU), where closing the stream there closes the
@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from dico.lanes import Lane
 from dico.loop import close_snapshot, decode
 from dico.models import MaskPredictor
 from dico.trace import Trace
@@ -21,19 +20,12 @@ from dico_ui.request import RunRequest
 
 @dataclass
 class LaneRun:
-    """One lane in the race: what it decodes, its (live) trace, the index of its last step, and its state."""
-    lane: Lane
+    """One lane in the race: its method and label, its (live) trace, the index of its last step, and its state."""
+    method: str
+    label: str
     trace: Trace | None = None
     k: int = -1
     state: str = "decoding"         # decoding | done | stopped
-
-    @property
-    def method(self) -> str:
-        return self.lane.method
-
-    @property
-    def label(self) -> str:
-        return self.lane.label
 
 
 @dataclass
@@ -65,11 +57,11 @@ def race(predictor: MaskPredictor, req: RunRequest, should_stop: Callable[[], bo
     ``should_stop`` is asked between steps; closing this generator (the server cancelled the request) stops
     every lane as well. Attention maps are captured for the first DiCo lane only.
     """
-    lanes = [LaneRun(lane) for lane in req.lanes()]
+    lanes = [LaneRun(lane.method, lane.label) for lane in req.lanes]
     attend = next((i for i, lane in enumerate(lanes) if lane.method == "dico"), None)
     runs = {}
-    for i, lane in enumerate(lanes):
-        options = req.options(lane.lane)
+    for i, lane in enumerate(req.lanes):
+        options = req.options(lane)
         options["capture_attention"] = options["capture_attention"] and i == attend and predictor.supports_attention
         runs[i] = decode(predictor, req.prompt, lane.method, **options)
     rounds, stopped = 0, False
@@ -126,6 +118,6 @@ def replay(traces: list[Trace]) -> Iterator[Frame]:
     """Saved traces through the same frames as a live race: round r shows every run after its step r."""
     total = max((t.nfe for t in traces), default=0)
     for r in range(total):
-        lanes = [LaneRun(Lane(t.method, t.name, t.settings_given()), t, min(r, t.nfe - 1),
+        lanes = [LaneRun(t.method, t.name, t, min(r, t.nfe - 1),
                          "decoding" if r < t.nfe - 1 else ("stopped" if t.stopped else "done")) for t in traces]
         yield Frame(lanes, r + 1, finished=r == total - 1)

@@ -1,25 +1,36 @@
-"""One run request from the page or the API, checked by the library before any forward pass.
+"""One run request from the page or the API, parsed once at the boundary into frozen dataclasses.
 
-Settings travel as one dict per method (``{"dico": {...}, "fast": {...}}``): the page's controls are
-generated from ``dico.settings.specs`` (``CONTROLS``) and folded back into that dict here, checked by the
-same ``Spec.check`` the library uses, so a control, its range and its validation cannot disagree. The lanes
-(``methods``: per lane a method name or ``{"method", "label", "settings"}``, ``dico.lanes``) start from their
-method's dict, their own settings over it.
+``RunRequest`` holds the prompt, the model, the mode, the lengths, the shared options and the lanes
+(``dico.lanes.Lane``: method, label, typed settings). ``page_request`` and ``api_request`` are the only places
+that read raw values; everything after them (the check, the race, ZeroGPU's worker process) reads the typed
+request and checks nothing again. Settings travel in as one dict per method (``{"dico": {...}, "fast": {...}}``):
+the page's controls are generated from ``dico.settings.specs`` (``CONTROLS``) and folded back into that dict here,
+checked by the same ``Spec.check`` the library uses, so a control, its range and its validation cannot disagree.
+The lanes (per lane a method name or ``{"method", "label", "settings"}``) start from their method's dict.
 """
 from __future__ import annotations
 
-import copy
 import json
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from dico.embedded import scope
-from dico.lanes import Lane, parse_lanes
+from dico.lanes import Lane, explicit, parse_lanes
 from dico.loop import check_inputs, check_request
 from dico.methods import make_rule
-from dico.rules import plan
 from dico.models import EMBEDDED_NAME, MaskPredictor, train_log
-from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, NON_AR, SEMI_AR, SETTINGS, own_specs, \
-    sampling_specs, settings_for, specs
+from dico.rules import plan
+from dico.settings import (
+    DEFAULT_BLOCK_LENGTH,
+    DEFAULT_GEN_LENGTH,
+    METHODS,
+    NON_AR,
+    SEMI_AR,
+    SETTINGS,
+    own_specs,
+    sampling_specs,
+    settings_for,
+)
 from dico_ui.limits import LIMITS
 from dico_ui.models import get_predictor
 from dico_ui.render import label
@@ -35,27 +46,31 @@ CONTROLS = [(SHARED, spec) for spec in sampling_specs()] + \
     [(method, spec) for method in METHODS for spec in own_specs(SETTINGS[method])]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunRequest:
+    """A race to run, checked: nothing after the parse checks it again (frozen: it pickles to a worker)."""
     prompt: str
+    lanes: tuple[Lane, ...]
     model: str = EMBEDDED_NAME
     mode: str = NON_AR
     gen_length: int = DEFAULT_GEN_LENGTH
-    block_length: int | None = DEFAULT_BLOCK_LENGTH
-    # per lane: a method or a lane's dict (a copy: the default lanes' dicts are shared constants)
-    methods: list = field(default_factory=lambda: copy.deepcopy(list(DEFAULT_METHODS)))
-    settings: dict[str, dict] = field(default_factory=dict)     # method -> its lanes' settings (plain values)
+    block_length: int | None = None         # semi-AR only
     capture_attention: bool = True
-
-    def lanes(self) -> list[Lane]:
-        """The race's lanes, checked (ValueError naming ``methods[i]`` and the field)."""
-        return parse_lanes(self.methods, self.settings, where="methods")
 
     def options(self, lane: Lane) -> dict:
         """Keywords of ``dico.decode`` for one lane of this request."""
-        return dict(mode=self.mode, gen_length=self.gen_length,
-                    block_length=self.block_length if self.mode == SEMI_AR else None,
+        return dict(mode=self.mode, gen_length=self.gen_length, block_length=self.block_length,
                     settings=lane.settings, capture_attention=self.capture_attention, label=lane.label)
+
+
+def page_lane(i: int, name: str = "") -> str:
+    """How the page names lane ``i`` (and a field of it): "Lane 6", "Lane 6: label"."""
+    return f"Lane {i + 1}" + (f": {name}" if name else "")
+
+
+def api_lane(i: int, name: str = "") -> str:
+    """How ``/run`` names lane ``i``: "methods[5]", "methods[5].label"."""
+    return f"methods[{i}]" + (f".{name}" if name else "")
 
 
 def whole(value, name: str):
@@ -67,9 +82,46 @@ def whole(value, name: str):
     raise ValueError(f"{name}: must be a whole number, got {value!r}")
 
 
+def parse_request(prompt, methods=DEFAULT_METHODS, settings: dict[str, dict] | None = None, *, model=EMBEDDED_NAME,
+                  mode=NON_AR, gen_length=DEFAULT_GEN_LENGTH, block_length=DEFAULT_BLOCK_LENGTH,
+                  capture_attention=True, at=api_lane) -> RunRequest:
+    """The one parse of a request: the lanes over their methods' ``settings``, numbers made whole, the lengths,
+    and every lane against the lengths (LLaDA's steps split over the blocks), in that order; ValueError naming
+    the field (``at`` names a lane as the caller's user knows it)."""
+    lanes = parse_lanes(methods, settings, where="methods" if at is api_lane else "Lanes", at=at)
+    gen_length = whole(gen_length, "gen_length")
+    if not 1 <= gen_length <= MAX_GEN_LENGTH:
+        raise ValueError(f"gen_length: must be in 1..{MAX_GEN_LENGTH} here, got {gen_length}")
+    block_length = whole(block_length, "block_length") if mode == SEMI_AR else None
+    prompt = prompt if isinstance(prompt, str) else ""
+    check_inputs(prompt, lanes[0].method, mode, gen_length, block_length)
+    for i, lane in enumerate(lanes):
+        try:
+            plan(make_rule(lane.method, mode, lane.settings), gen_length, block_length or gen_length)
+        except ValueError as exc:
+            raise ValueError(f"{at(i)} ({lane.label}): {exc}") from None
+    return RunRequest(prompt, lanes, model or EMBEDDED_NAME, mode, gen_length, block_length, bool(capture_attention))
+
+
+def page_request(prompt, model, mode, gen_length, block_length, lanes, capture_attention, controls) -> RunRequest:
+    """The Run button's request: the lane rows (``lane_controls.collect``) over the Settings panel's values."""
+    lanes = [lanes] if isinstance(lanes, (str, dict)) else list(lanes or [])
+    return parse_request(prompt, lanes, settings_from_controls(lanes, controls), model=model, mode=mode,
+                         gen_length=gen_length, block_length=block_length, capture_attention=capture_attention,
+                         at=page_lane)
+
+
+def api_request(prompt, model, mode, gen_length, block_length, methods, settings, capture_attention) -> RunRequest:
+    """``/run``'s request: lanes as method names or objects, ``settings`` one JSON object per method."""
+    methods = [methods] if isinstance(methods, (str, dict)) else list(methods or [])
+    return parse_request(prompt, methods, settings_from_json(settings), model=model, mode=mode,
+                         gen_length=gen_length, block_length=block_length, capture_attention=capture_attention)
+
+
 def settings_from_controls(methods: list, values) -> dict[str, dict]:
-    """The values of the generated controls (``CONTROLS`` order) as one checked dict per chosen method (a lane's
-    dict counts as its method); the shared sampling options go to every chosen method."""
+    """The values of the generated controls (``CONTROLS`` order) as one dict per chosen method (a lane's dict
+    counts as its method), each value checked; the shared sampling options go to every chosen method. A
+    control left at its default beside a preset switch counts as not given (``dico.lanes.explicit``)."""
     methods = [m.get("method") if isinstance(m, dict) else m for m in methods]
     methods = [m for m in dict.fromkeys(methods) if isinstance(m, str) and m in SETTINGS]
     values = list(values)
@@ -85,17 +137,7 @@ def settings_from_controls(methods: list, values) -> dict[str, dict]:
             raise ValueError(f"{group_label(group)} setting {exc}") from None
         for method in (methods if group == SHARED else [group]):
             out[method][spec.name] = checked
-    return {method: given(method, values) for method, values in out.items()}
-
-
-def given(method: str, values: dict) -> dict:
-    """With a preset switch on (``Settings.presets``), a control left at its default counts as not given, so the
-    preset fills it and the controls the user changed win, as options given beside it do on the command line."""
-    cls = SETTINGS[method]
-    if not any(values.get(switch) for switch in cls.presets):
-        return values
-    defaults = {spec.name: spec.default for spec in specs(cls)}
-    return {k: v for k, v in values.items() if k in cls.presets or v != defaults[k]}
+    return {method: explicit(method, values, every_setting_shown=True) for method, values in out.items()}
 
 
 def group_label(group: str) -> str:
@@ -120,42 +162,47 @@ def settings_from_json(settings) -> dict[str, dict]:
     return {m: dict(v) for m, v in settings.items()}
 
 
-def build_request(prompt, model, mode, gen_length, block_length, methods, settings, capture_attention) -> RunRequest:
-    """A request from raw page or API values: numbers made whole, the lanes checked, in the order given."""
-    methods = [methods] if isinstance(methods, (str, dict)) else list(methods or [])
-    parse_lanes(methods, settings, where="methods")
-    gen_length = whole(gen_length, "gen_length")
-    if not 1 <= gen_length <= MAX_GEN_LENGTH:
-        raise ValueError(f"gen_length: must be in 1..{MAX_GEN_LENGTH} here, got {gen_length}")
-    block_length = whole(block_length, "block_length") if mode == SEMI_AR else None
-    return RunRequest(prompt=prompt if isinstance(prompt, str) else "", model=model or EMBEDDED_NAME, mode=mode,
-                      gen_length=gen_length, block_length=block_length,
-                      methods=methods, settings=settings,
-                      capture_attention=bool(capture_attention))
+def fixed_passes(lane: Lane, gen_length: int, block_length: int | None) -> int | None:
+    """The forward passes a lane takes whatever the model predicts: Vanilla its steps (one token a step by
+    default), Top-k one pass per k tokens of each window; None for the rules that adapt (they may finish sooner)."""
+    width = block_length or gen_length
+    if lane.method == "vanilla":
+        return lane.settings.steps or gen_length
+    if lane.method == "topk":
+        return (gen_length // width) * -(-width // lane.settings.k)
+    return None
 
 
-def check(req: RunRequest) -> tuple[MaskPredictor, list[str], str]:
-    """Everything checked before any forward pass: the predictor, warnings for the user, and a note when the
-    prompt lies outside the embedded model's tasks ("" otherwise). Errors are ValueErrors naming the field."""
-    lanes = req.lanes()                     # every lane and its settings checked
-    method = lanes[0].method
-    check_inputs(req.prompt, method, req.mode, req.gen_length, req.block_length)   # before loading a model
-    for i, lane in enumerate(lanes):        # and against the lengths (LLaDA's steps split over the blocks)
-        try:
-            plan(make_rule(lane.method, req.mode, lane.settings), req.gen_length, req.block_length or req.gen_length)
-        except ValueError as exc:
-            raise ValueError(f"methods[{i}] ({lane.label}): {exc}") from None
+def too_long(req: RunRequest, pass_s: float, limit_s: float = LIMITS.run_seconds) -> str:
+    """A warning before the run when its fixed-pass lanes alone would take half the time limit or more at
+    ``pass_s`` seconds a forward pass (what recent runs took here), "" otherwise."""
+    fixed = [(lane, n) for lane in req.lanes if (n := fixed_passes(lane, req.gen_length, req.block_length))]
+    need_s = sum(n for _, n in fixed) * pass_s
+    if not fixed or need_s < limit_s / 2:
+        return ""
+    lane, n = max(fixed, key=lambda pair: pair[1])
+    step = "one token a step" if n == req.gen_length else f"{req.gen_length / n:g} tokens a step"
+    return (f"gen_length: {lane.label} takes {n} forward passes at gen_length {req.gen_length} ({step}); at about "
+            f"{pass_s:.2f} s a pass here, this race needs about {need_s:.0f} s and a run stops at "
+            f"{limit_s:.0f} s, so it may not finish. A shorter gen_length or fewer one-token lanes finish sooner.")
+
+
+def check(req: RunRequest, pass_s: Callable[[int], float]) -> tuple[MaskPredictor, list[str], str]:
+    """What needs the model, before any forward pass: the predictor, warnings for the user (unknown words, a race
+    that may outlast the time limit at ``pass_s(positions)`` seconds a pass), and a note when the prompt lies
+    outside the embedded model's tasks ("" otherwise). Errors are ValueErrors naming the field."""
     predictor = get_predictor(req.model)
-    check_request(predictor, req.prompt, method, req.mode, req.gen_length, req.block_length)
-    warnings, outside = [], ""
-    if predictor.name == EMBEDDED_NAME:
-        unknown = list(dict.fromkeys(predictor.unknown_words(req.prompt)))
-        if unknown:
-            shown = ", ".join(f"'{w}'" for w in unknown[:12])
-            warnings.append(f"prompt: the model {EMBEDDED_NAME} does not know {shown}; it reads "
-                            f"{'them' if len(unknown) > 1 else 'it'} as an unknown word. It still runs.")
-        why = ([f"{len(unknown)} unknown word(s)"] if unknown else []) + scope.outside(req.prompt, scope.trained_families(train_log(EMBEDDED_NAME)))
-        if why:
-            outside = (f"This prompt lies outside what {EMBEDDED_NAME} was trained on ({'; '.join(why)}): "
-                       "expect a task-shaped guess, not an answer.")
+    ids = check_request(predictor, req.prompt, req.lanes[0].method, req.mode, req.gen_length, req.block_length)
+    warnings = [w for w in (too_long(req, pass_s(len(ids) + req.gen_length)),) if w]
+    if predictor.name != EMBEDDED_NAME:
+        return predictor, warnings, ""
+    unknown = list(dict.fromkeys(predictor.unknown_words(req.prompt)))
+    if unknown:
+        shown = ", ".join(f"'{w}'" for w in unknown[:12])
+        warnings.append(f"prompt: the model {EMBEDDED_NAME} does not know {shown}; it reads "
+                        f"{'them' if len(unknown) > 1 else 'it'} as an unknown word. It still runs.")
+    why = ([f"{len(unknown)} unknown word(s)"] if unknown else []) + \
+        scope.outside(req.prompt, scope.trained_families(train_log(EMBEDDED_NAME)))
+    outside = (f"This prompt lies outside what {EMBEDDED_NAME} was trained on ({'; '.join(why)}): expect a "
+               "task-shaped guess, not an answer.") if why else ""
     return predictor, warnings, outside

@@ -7,19 +7,25 @@ the race between two steps (``dico_ui.race``). Every table here is bounded (``di
 from __future__ import annotations
 
 import logging
+import statistics
 import time
+from collections import deque
 
 import gradio as gr
 
 from dico_ui.bounded import Bounded, Line, about
 from dico_ui.limits import LIMITS
-from dico_ui.serve import client_connected, forget_session  # noqa: F401  (handlers use forget_session too)
+from dico_ui.serve import client_connected, forget_session, trim_sessions  # noqa: F401  (handlers use these too)
 
 log = logging.getLogger("dico_ui")
 LINE = Line(LIMITS.decoders, LIMITS.queue, history=LIMITS.run_times)
 _clicks = Bounded(LIMITS.flags, LIMITS.flag_ttl_s)    # session -> when Run (or Replay) was last clicked
 _stops = Bounded(LIMITS.flags, LIMITS.flag_ttl_s)     # session -> when Stop was last pressed
 _closed = Bounded(LIMITS.flags, LIMITS.flag_ttl_s)    # sessions whose page closed (their runs end at the next step)
+_paces: deque[float] = deque(maxlen=LIMITS.run_times)   # seconds per forward pass and position, recent warm runs
+# s per forward pass and position before any run: the embedded model on a busy 2-core CPU (Vanilla at gen 256 with
+# three more lanes reached step 216 in 60 s: about 0.17 s a pass of about 300 positions)
+POSITION_S_GUESS = 0.17 / 300
 
 
 def session_of(request) -> str:
@@ -87,3 +93,15 @@ def waiting(ticket) -> str:
     ahead = LINE.ahead(ticket)
     return (f"Waiting for a free decoder: {ahead} run{'s' if ahead != 1 else ''} ahead of yours, "
             f"{about(LINE.wait_s(ahead))} to go. Stop leaves the line.")
+
+
+def paced(seconds: float, passes: int, positions: int) -> None:
+    """A finished run took ``seconds`` for ``passes`` forward passes (all its lanes together) over ``positions``
+    (prompt and response): a pass costs about in proportion to its positions."""
+    if passes > 0 and positions > 0:
+        _paces.append(seconds / passes / positions)
+
+
+def pass_s(positions: int) -> float:
+    """About how long one forward pass over ``positions`` takes here now: recent runs' median (a guess before any)."""
+    return (statistics.median(_paces) if _paces else POSITION_S_GUESS) * positions

@@ -66,29 +66,59 @@ def client_connected() -> bool:
 
 def forget_session(session: str) -> None:
     """Drop a closed page's session state now: gradio keeps it an hour after the page closes, and keeps every
-    session's per-page copy of the components until ``state_session_capacity`` pushes it out. Also the finished
-    events of sessions no longer kept, which gradio never drops (each holds its request and inputs). Done on the
-    event loop, where gradio sweeps and fills those tables (a change from another thread could break a sweep)."""
-    blocks = _blocks()
-    holder, queue = getattr(blocks, "state_holder", None), getattr(blocks, "_queue", None)
-    if holder is None or queue is None:
-        return
+    session's per-page copy of the components until ``state_session_capacity`` pushes it out. Then ``trim``."""
+    _on_loop(lambda blocks: _trim(blocks, gone=session))
 
-    def drop():
-        with holder.lock:
-            holder.session_data.pop(session, None)
-            holder.time_last_used.pop(session, None)
-            kept = set(holder.session_data)
-        running = {event._id for job in queue.active_jobs if job for event in job}
-        done = [event_id for event_id, event in queue.event_ids_to_events.items()
-                if event_id not in running and (event.session_hash == session or event.session_hash not in kept)]
-        for event_id in done:
-            queue.event_ids_to_events.pop(event_id, None)
+
+def trim_sessions() -> None:
+    """After each run: ``_trim`` gradio's tables, so they hold the sessions gradio keeps state for, and no more."""
+    _on_loop(_trim)
+
+
+def _on_loop(fn) -> None:
+    """Run ``fn(blocks)`` on the event loop, where gradio sweeps and fills its tables (a change from another thread
+    could break a sweep); a no-op outside a served event (unit tests, the CLI)."""
+    blocks = _blocks()
+    if getattr(blocks, "state_holder", None) is None or getattr(blocks, "_queue", None) is None:
+        return
     try:
         from anyio.from_thread import run_sync
-        run_sync(drop)                   # from a handler's worker thread
+        run_sync(fn, blocks)             # from a handler's worker thread
     except RuntimeError:                 # already on the event loop (an async handler)
-        drop()
+        fn(blocks)
+
+
+def _trim(blocks, gone: str | None = None) -> None:
+    """gradio 5.50 bounds its session state (``state_session_capacity``, least recently used out) but not the
+    tables beside it, which gain an entry per session that ever sent an event and never lose it: the state's
+    last-use times, the queue's finished events (each holding its request and inputs), the per-session message
+    queues and pending-event sets, the stream-diff tables. Keep only the sessions whose state is kept or that have
+    an event pending, and only the events still pending or running; ``gone`` (a closed page) goes first."""
+    holder, queue = blocks.state_holder, blocks._queue
+    with holder.lock:
+        if gone is not None:
+            holder.session_data.pop(gone, None)
+        kept = set(holder.session_data)
+        for session in [s for s in holder.time_last_used if s not in kept]:
+            del holder.time_last_used[session]
+    pending = {event_id for ids in queue.pending_event_ids_session.values() for event_id in ids}
+    pending |= {event._id for job in queue.active_jobs if job for event in job}
+    for event_id in [e for e in queue.event_ids_to_events if e not in pending]:
+        del queue.event_ids_to_events[event_id]
+    live = kept | {s for s, ids in queue.pending_event_ids_session.items() if ids}
+    for table in (queue.pending_event_ids_session, queue.pending_messages_per_session, blocks.pending_diff_streams,
+                  blocks.pending_streams):
+        for session in [s for s in list(table.keys()) if s not in live]:
+            table.pop(session, None)
+
+
+def session_tables(blocks) -> dict[str, int]:
+    """The sizes of gradio's per-session tables (the soak and the tests watch them stay bounded)."""
+    holder, queue = blocks.state_holder, blocks._queue
+    return {"state": len(holder.session_data), "last_used": len(holder.time_last_used),
+            "events": len(queue.event_ids_to_events), "pending_sets": len(queue.pending_event_ids_session),
+            "message_queues": len(queue.pending_messages_per_session), "diff_streams": len(blocks.pending_diff_streams),
+            "streams": len(blocks.pending_streams)}
 
 
 # demo.launch(**LAUNCH): the same options for `python app.py` and the test server.

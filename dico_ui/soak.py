@@ -34,7 +34,8 @@ GROWTH_MB = 25.0          # the issue's target: resident memory grows at most th
 BAD = [("prompt", dict(prompt="")), ("prompt", dict(prompt="   ")), ("prompt", dict(prompt="x" * 100_000)),
        ("gen_length", dict(gen=0)), ("gen_length", dict(gen=-5)), ("gen_length", dict(gen=10**9)),
        ("gen_length", dict(gen=3.5)), ("block_length", dict(mode="semi-ar", gen=96, block=7)),
-       ("block_length", dict(mode="semi-ar", gen=96, block=0)), ("threshold", dict(settings='{"fast": {"threshold": "high"}}')), ("mode", dict(mode="sideways")),
+       ("block_length", dict(mode="semi-ar", gen=96, block=0)),
+       ("threshold", dict(settings='{"fast": {"threshold": "high"}}')), ("mode", dict(mode="sideways")),
        ("model", dict(model="no/such-model")), ("methods", dict(methods=[])), ("methods", dict(methods=["nope"])),
        ("settings", dict(settings="{")), ("settings", dict(settings='{"fast": 1}')),
        ("method", dict(settings='{"nope": {}}')), ("threshold", dict(settings='{"fast": {"threshold": 2}}')),
@@ -141,78 +142,105 @@ def tally(outcomes) -> dict[str, int]:
     return counts
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=500, help="runs, each from a new session (default 500)")
     parser.add_argument("--warmup", type=int, default=50, help="sessions before the first memory reading (50)")
+    parser.add_argument("--every", type=int, default=50, help="sessions between memory readings (50)")
+    parser.add_argument("--session-cap", type=int, default=None, help="the server's session cap (default: "
+                        "LIMITS.sessions; a smaller one reaches past it sooner, env DICO_SESSION_CAP)")
     parser.add_argument("--gen", type=int, default=96, help="gen_length of the sessions' runs (default 96)")
     parser.add_argument("--concurrent", type=int, default=None, help="clients at once, all must be right "
-                        "(default: the app's line, LIMITS.queue)")
-    parser.add_argument("--burst", type=int, default=200, help="clients at once, each a result or busy (200)")
+                        "(default: the app's line, LIMITS.queue; 0 skips)")
+    parser.add_argument("--burst", type=int, default=200, help="clients at once, each a result or busy (200; 0 skips)")
     parser.add_argument("--burst-gen", type=int, default=48, help="gen_length of the concurrent runs (48)")
     parser.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "dico-soak-server.log")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def sessions(soak: Soak, args, pid: int, missed: list) -> None:
+    """``args.sessions`` runs, each from a new session; resident memory every ``args.every`` after the warm-up."""
+    outcomes, memory = [], []
+    for i in range(args.sessions):
+        outcomes.append(soak.one_session(PROMPTS[i % len(PROMPTS)]))
+        if i + 1 == args.warmup or (i + 1) % args.every == 0 or i + 1 == args.sessions:
+            memory.append((i + 1, rss_mb(pid)))
+            print(f"  {i + 1} sessions: {memory[-1][1]:.0f} MB, {tally(outcomes)}", flush=True)
+    after = [(n, mb) for n, mb in memory if n >= args.warmup]
+    counts = tally(outcomes)
+    print(f"sessions: {args.sessions} runs from new sessions (gen {args.gen}, attention on): {counts}; "
+          f"latency {percentiles([s for k, s, _ in outcomes if k == 'right'])}")
+    if len(after) > 1:
+        growth = after[-1][1] - after[0][1]
+        slope = growth / (after[-1][0] - after[0][0]) * 100
+        print(f"resident memory: {after[0][1]:.0f} MB after {after[0][0]} sessions, {after[-1][1]:.0f} MB after "
+              f"{after[-1][0]}: {growth:+.1f} MB ({slope:+.2f} MB per 100 sessions; target at most "
+              f"{GROWTH_MB:.0f} MB over 500)")
+        if growth > GROWTH_MB * (after[-1][0] - after[0][0]) / 450:
+            missed.append("memory growth")
+    if counts.get("right", 0) != args.sessions:
+        missed.append("sessions")
+        print("  not right:", [o for o in outcomes if o[0] != "right"][:5])
+
+
+def at_once(soak: Soak, n: int, gen: int, missed: list) -> None:
+    """``n`` clients at once, all must be right (a full line's worth)."""
+    full = soak.at_once(n, gen)
+    print(f"concurrent: {n} clients at once (gen {gen}): {tally(full)}; latency {percentiles([s for _, s, _ in full])}")
+    if tally(full).get("right", 0) != n:
+        missed.append("concurrent")
+        print("  not right:", [o for o in full if o[0] != "right"][:5])
+
+
+def burst(soak: Soak, n: int, gen: int, missed: list) -> None:
+    """``n`` clients at once, each a result or the app's busy message."""
+    outcomes = soak.at_once(n, gen)
+    counts = tally(outcomes)
+    busy = [s for k, s, _ in outcomes if k == "busy"]
+    right = [s for k, s, _ in outcomes if k == "right"]
+    print(f"burst: {n} clients at once: {counts}; results {percentiles(right)}; busy answered in {percentiles(busy)}")
+    if counts.get("right", 0) + counts.get("busy", 0) != n:
+        missed.append("burst")
+        print("  neither:", [o for o in outcomes if o[0] not in ("right", "busy")][:5])
+    example = next((t for k, _, t in outcomes if k == "busy"), "")
+    if example:
+        print(f"  the busy message: {example}")
+
+
+def bad_inputs(soak: Soak, pid: int, missed: list) -> None:
+    """Every kind of bad input names its field; one more run after them is right."""
+    client = soak.client()
+    bad = [(field, soak.run(client, **kwargs)) for field, kwargs in BAD]
+    unclear = [(field, text) for field, (kind, _, text) in bad if kind != "refused" or field not in text]
+    print(f"bad inputs: {len(BAD)} kinds, {len(BAD) - len(unclear)} came back as a message naming the field")
+    for field, text in unclear:
+        print(f"  {field}: {text[:160]}")
+    if unclear:
+        missed.append("bad inputs")
+    last = soak.run(client)
+    soak.close(client)
+    print(f"after: one more run is {last[0]} ({last[2][:60]}); {rss_mb(pid):.0f} MB at the end")
+    if last[0] != "right":
+        missed.append("after")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     from dico_ui.limits import LIMITS
     concurrent = LIMITS.queue if args.concurrent is None else args.concurrent
+    if args.session_cap is not None:
+        os.environ["DICO_SESSION_CAP"] = str(args.session_cap)
     server, url = start_server(args.log)
-    missed = []
+    missed: list[str] = []
     try:
         soak = Soak(url, args.gen)
         print(f"server {url} (pid {server.pid}, log {args.log}); {rss_mb(server.pid):.0f} MB at start", flush=True)
-        outcomes, memory = [], []
-        for i in range(args.sessions):
-            outcomes.append(soak.one_session(PROMPTS[i % len(PROMPTS)]))
-            if i + 1 == args.warmup or (i + 1) % 50 == 0 or i + 1 == args.sessions:
-                memory.append((i + 1, rss_mb(server.pid)))
-                print(f"  {i + 1} sessions: {memory[-1][1]:.0f} MB, {tally(outcomes)}", flush=True)
-        after = [(n, mb) for n, mb in memory if n >= args.warmup]
-        growth = after[-1][1] - after[0][1] if len(after) > 1 else float("nan")
-        counts = tally(outcomes)
-        print(f"sessions: {args.sessions} runs from new sessions (gen {args.gen}, attention on): {counts}; "
-              f"latency {percentiles([s for k, s, _ in outcomes if k == 'right'])}")
-        if len(after) > 1:
-            slope = (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0]) * 100
-            print(f"resident memory: {after[0][1]:.0f} MB after {after[0][0]} sessions, {after[-1][1]:.0f} MB after "
-                  f"{after[-1][0]}: {growth:+.1f} MB ({slope:+.2f} MB per 100 sessions; target at most "
-                  f"{GROWTH_MB:.0f} MB over 500)")
-            if growth > GROWTH_MB * (after[-1][0] - after[0][0]) / 450:
-                missed.append("memory growth")
-        if counts.get("right", 0) != args.sessions:
-            missed.append("sessions")
-            print("  not right:", [o for o in outcomes if o[0] != "right"][:5])
-
-        full = soak.at_once(concurrent, args.burst_gen)
-        print(f"concurrent: {concurrent} clients at once (gen {args.burst_gen}): {tally(full)}; latency "
-              f"{percentiles([s for _, s, _ in full])}")
-        if tally(full).get("right", 0) != concurrent:
-            missed.append("concurrent")
-            print("  not right:", [o for o in full if o[0] != "right"][:5])
-
-        burst = soak.at_once(args.burst, args.burst_gen)
-        counts = tally(burst)
-        busy = [s for k, s, _ in burst if k == "busy"]
-        print(f"burst: {args.burst} clients at once: {counts}; results {percentiles([s for k, s, _ in burst if k == 'right'])}; "
-              f"busy answered in {percentiles(busy)}")
-        if counts.get("right", 0) + counts.get("busy", 0) != args.burst:
-            missed.append("burst")
-            print("  neither:", [o for o in burst if o[0] not in ("right", "busy")][:5])
-        example = next((t for k, _, t in burst if k == "busy"), "")
-        if example:
-            print(f"  the busy message: {example}")
-
-        client = soak.client()
-        bad = [(field, soak.run(client, **kwargs)) for field, kwargs in BAD]
-        unclear = [(field, text) for field, (kind, _, text) in bad if kind != "refused" or field not in text]
-        print(f"bad inputs: {len(BAD)} kinds, {len(BAD) - len(unclear)} came back as a message naming the field")
-        for field, text in unclear:
-            print(f"  {field}: {text[:160]}")
-        if unclear:
-            missed.append("bad inputs")
-        last = soak.run(client)
-        soak.close(client)
-        print(f"after: one more run is {last[0]} ({last[2][:60]}); {rss_mb(server.pid):.0f} MB at the end")
-        if last[0] != "right":
-            missed.append("after")
+        sessions(soak, args, server.pid, missed)
+        if concurrent:
+            at_once(soak, concurrent, args.burst_gen, missed)
+        if args.burst:
+            burst(soak, args.burst, args.burst_gen, missed)
+        bad_inputs(soak, server.pid, missed)
     finally:
         server.terminate()
         server.wait(30)

@@ -7,23 +7,24 @@ from pathlib import Path
 import pytest
 
 import dico
-from dico.settings import METHODS, SETTINGS, DiCoSettings, specs
 from dico.embedded import tasks
 from dico.embedded.scope import task_shape
+from dico.lanes import MAX_LANES
+from dico.settings import METHODS, SETTINGS, DiCoSettings, specs
 from near_ties import first_difference, steps_of
 
 gr = pytest.importorskip("gradio")
 
-from dico_ui import handlers as h, render  # noqa: E402
+from dico_ui import handlers as h  # noqa: E402
+from dico_ui import render  # noqa: E402
 from dico_ui.race import race, replay  # noqa: E402
-from dico_ui.request import CONTROLS, SHARED, RunRequest, settings_from_controls, settings_from_json  # noqa: E402
+from dico_ui.request import CONTROLS, SHARED, parse_request, settings_from_controls, settings_from_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = json.loads((ROOT / "assets" / "examples.json").read_text())["examples"]
 WORD = EXAMPLES[0]["prompt"]
 LIST = next(e["prompt"] for e in EXAMPLES if e["family"] == "list")
 OUTSIDE = next(e["prompt"] for e in EXAMPLES if e["target"] is None)
-R = dict(zip(h.RESULTS, range(len(h.RESULTS))))        # output name -> index
 
 
 class Session:
@@ -33,7 +34,7 @@ class Session:
 
 
 def lanes(html: str) -> int:
-    return len(re.findall(r'class="lane(?: done)?"', html))
+    return len(re.findall(r'class="lane(?: [^"]*)?"', html))          # "lane", "lane done", "lane done wrong"
 
 
 def defaults():
@@ -49,13 +50,13 @@ def run(prompt=WORD, gen_length=48, methods=("vanilla", "fast", "dico"), mode="n
 @pytest.fixture(scope="module")
 def finished(app_module, predictor):
     frames = list(run())
-    return frames, dict(zip(h.RESULTS, frames[-1]))
+    return frames, frames[-1]
 
 
 def test_a_run_clears_the_page_streams_the_race_then_draws_everything(finished):
     frames, result = finished
-    assert frames[0][R["answers"]] == "" and frames[0][R["traces"]] == []        # old results go first
-    live = [f for f in frames[1:-1] if "decoding…" in f[R["answers"]]]
+    assert frames[0]["answers"] == "" and frames[0]["traces"] == []        # old results go first
+    live = [f for f in frames[1:-1] if "decoding…" in f.get("answers", "")]
     assert live, "the race streams while decoding"
     assert result["status"].startswith("Done")
     assert [t.method for t in result["traces"]] == ["vanilla", "fast", "dico"]
@@ -71,7 +72,7 @@ def test_the_race_decodes_what_the_library_decodes(finished, predictor):
 
 
 def test_the_race_interleaves_one_step_of_each_method_per_round(predictor):
-    req = RunRequest(prompt=LIST, gen_length=32, methods=list(METHODS))
+    req = parse_request(LIST, ["vanilla", "topk", "fast", "fast-factor", "dico"], gen_length=32)
     for frame in race(predictor, req):
         if frame.finished:
             break
@@ -83,7 +84,7 @@ def test_the_race_interleaves_one_step_of_each_method_per_round(predictor):
 def test_live_frames_render_exactly_as_the_finished_trace_replays(predictor):
     """One renderer: the response at step k streamed live equals the same step drawn from the final trace."""
     seen = {}
-    for frame in race(predictor, RunRequest(prompt=WORD, gen_length=48, methods=["fast", "dico"])):
+    for frame in race(predictor, parse_request(WORD, ["fast", "dico"], gen_length=48)):
         for lane in frame.lanes:
             seen[(lane.method, lane.k)] = render.response_html(lane.trace, lane.k, predictor.token_text)
     traces = {lane.method: lane.trace for lane in frame.lanes}
@@ -139,10 +140,10 @@ def test_stop_ends_the_race_with_partial_answers_and_run_starts_again(app_module
     stream = run(gen_length=96, session="stopper")
     next(stream)                                     # cleared
     first_live = next(stream)
-    assert "decoding…" in first_live[R["answers"]]
+    assert "decoding…" in first_live["answers"]
     assert h.stop(Session("stopper")).startswith("Stopping")
     *_, last = stream
-    result = dict(zip(h.RESULTS, last))
+    result = last
     assert result["status"].startswith("Stopped at step 1;")                  # it stopped at the next round
     assert all(t.stopped and t.nfe == 1 for t in result["traces"]) and lanes(result["answers"]) == 3
     assert "stopped at step 1" in result["answers"] and "decoding…" not in result["answers"]
@@ -150,37 +151,48 @@ def test_stop_ends_the_race_with_partial_answers_and_run_starts_again(app_module
     assert "not complete (stopped at step 1)" in result["status"] and "fewer forward passes" not in result["status"]
     assert h.stop(Session("stopper")).startswith("Stopped: nothing of yours was decoding")
     again = list(run(gen_length=16, session="stopper"))          # Run right after Stop: a new run
-    assert again[-1][R["status"]].startswith("Done")
+    assert again[-1]["status"].startswith("Done")
 
 
 def test_stop_ends_a_run_still_waiting_in_the_queue(app_module):
     h.clicked(Session("queued"))           # Run clicked; the run waits in the queue...
     h.stop(Session("queued"))              # ...and Stop is pressed before it starts
     frames = list(run(session="queued"))
-    assert len(frames) == 1 and frames[0][R["status"]].startswith("Stopped before it started")
+    assert len(frames) == 1 and frames[0]["status"].startswith("Stopped before it started")
     h.clicked(Session("queued"))           # the next click is a new run
-    assert list(run(gen_length=8, session="queued"))[-1][R["status"]].startswith("Done")
+    assert list(run(gen_length=8, session="queued"))[-1]["status"].startswith("Done")
 
 
 def test_semi_ar_race_with_every_method(app_module, predictor):
-    *_, last = run(prompt=LIST, gen_length=32, mode="semi-ar", methods=METHODS)
-    result = dict(zip(h.RESULTS, last))
-    assert [t.method for t in result["traces"]] == list(METHODS)
-    assert all(t.mode == "semi-ar" and t.block_length == 16 and not t.stopped for t in result["traces"])
-    assert lanes(result["answers"]) == len(METHODS)
+    for race_ in (METHODS[i:i + MAX_LANES] for i in range(0, len(METHODS), MAX_LANES)):     # six lanes at most
+        *_, result = run(prompt=LIST, gen_length=32, mode="semi-ar", methods=race_)
+        assert [t.method for t in result["traces"]] == list(race_)
+        assert all(t.mode == "semi-ar" and t.block_length == 16 and not t.stopped for t in result["traces"])
+        assert lanes(result["answers"]) == len(race_)
+
+
+def said(call) -> str:
+    """What a page handler says when it cannot do what was asked: the status only, one plain-text toast, no
+    raised error (gradio would draw it as red "Error" pills on every output, and they stay)."""
+    with pytest.warns(UserWarning) as toasts:
+        out = call()
+    assert len(toasts) == 1 and "**" not in str(toasts[0].message)
+    assert list(out) == ["status"]
+    return out["status"]
 
 
 def refusal(outputs) -> str:
-    """The status a refused run ends on (the page gets it as a toast too, and nothing else changes)."""
-    *_, last = outputs
-    assert all(isinstance(v, dict) and v.get("__type__") == "update" for v in last[1:])    # gr.skip(): unchanged
-    return last[R["status"]]
+    """The status a refused run says why in: its only output (the page gets one toast too, and keeps the run it
+    shows: an error never wipes it, and never sits on the outputs as gradio's red pills)."""
+    with pytest.warns(UserWarning) as toasts:
+        outputs = list(outputs)
+    assert len(toasts) == 1 and "**" not in str(toasts[0].message)           # a toast is plain text
+    assert [list(out) for out in outputs] == [["status"]]
+    return outputs[0]["status"]
 
 
-def test_bad_input_is_a_message_naming_the_field_and_clears_old_results(app_module, predictor, caplog):
-    outputs = list(run(prompt="   "))
-    assert outputs[0][R["traces"]] == []                                  # the old results are cleared first
-    assert refusal(outputs).startswith("**Cannot run**: prompt")
+def test_bad_input_is_a_message_naming_the_field_and_keeps_the_run_on_screen(app_module, predictor, caplog):
+    assert refusal(run(prompt="   ")).startswith("**Cannot run**: prompt")
     for group, spec in CONTROLS:
         if spec.range and spec.type is int:
             values = defaults()
@@ -190,7 +202,7 @@ def test_bad_input_is_a_message_naming_the_field_and_clears_old_results(app_modu
             assert f"setting {spec.name}: must be a whole number" in refusal(run(settings=values))
             break
     assert "gen_length" in refusal(run(gen_length=1000))
-    assert "methods" in refusal(run(methods=()))
+    assert "Lanes: choose at least one method" in refusal(run(methods=()))
     with pytest.raises(gr.Error, match="prompt"):                         # API callers get the error raised
         list(h.run_api(Session(), "   ", "dico-tiny", "non-ar", 48, 16, ["dico"], {}, True))
     assert not [r for r in caplog.records if r.levelname == "ERROR"], "bad input must not log a traceback"
@@ -232,7 +244,7 @@ def test_the_authors_code_checkbox_is_labelled_as_the_page_says_and_lists_what_i
 def test_the_api_applies_the_authors_code_preset_and_the_trace_records_it(app_module, predictor):
     frames = list(h.run_api(Session(), WORD, "dico-tiny", "semi-ar", 48.0, 16.0, ["dico"],
                             '{"dico": {"authors_code": true}}', False))
-    trace = dict(zip(h.RESULTS, frames[-1]))["traces"][0]
+    trace = frames[-1]["traces"][0]
     assert trace.settings["authors_code"] is True and trace.settings["short_right_growth"] is True
     alone = dico.generate(predictor, WORD, "dico", mode="semi-ar", gen_length=48, block_length=16, authors_code=True)
     assert [(s.phase, s.committed) for s in trace.steps] == [(s.phase, s.committed) for s in alone.steps]
@@ -249,7 +261,7 @@ def test_api_settings_json_is_checked_by_the_library():
 
 def test_prompts_outside_the_tasks_get_a_banner_not_praise(app_module, predictor):
     *_, last = run(prompt=OUTSIDE, gen_length=16)
-    result = dict(zip(h.RESULTS, last))
+    result = last
     assert 'class="banner"' in result["answers"] and "outside" in result["status"]
     assert "no word problem" in result["status"]                 # says why (dico.embedded.scope.outside)
     assert "fewer forward passes" not in result["status"]
@@ -286,9 +298,8 @@ def test_toasts_strip_bidi_controls_and_escape_html(app_module, predictor):
 
 
 def test_the_page_opens_on_the_shipped_example_run(app_module):
-    out = h.first_impression()
-    result = dict(zip(h.RESULTS, out[:-1]))
-    assert out[-1] == result["traces"][0].prompt
+    result = h.first_impression()
+    assert result["prompt"] == result["traces"][0].prompt
     assert [t.label for t in result["traces"]] == ["Vanilla", "Top-4 per step", "Fast-dLLM", "DiCo"]
     assert all(result[name] is not None for name in ("trajectory", "phases", "side_by_side", "attention"))
     assert "finished example run" in result["status"] and lanes(result["answers"]) == 4
@@ -306,50 +317,63 @@ def test_the_shipped_example_run_is_what_the_decoder_does(predictor, logit_noise
 def test_replay_the_race_walks_the_same_frames(app_module):
     traces = h.read_traces(h.EXAMPLE_RUN.read_bytes())
     frames = list(h.replay_race(Session("replay"), traces, h.MAX_SPEED))
-    assert len(frames) == max(t.nfe for t in traces) and frames[-1][0].endswith("(end)")
-    assert frames[-1][1] == render.lanes_html([(t, t.nfe - 1, "done") for t in traces])
+    assert len(frames) == max(t.nfe for t in traces) and frames[-1]["status"].endswith("(end)")
+    assert frames[-1]["answers"] == render.lanes_html([(t, t.nfe - 1, "done") for t in traces])
     assert [f.round for f in replay(traces)] == list(range(1, len(frames) + 1))
-    with pytest.raises(gr.Error, match="speed"):
-        list(h.replay_race(Session("replay"), traces, 0))
+
+
+def test_an_error_leaves_the_example_run_replayable_and_says_so_in_plain_words(app_module, tmp_path):
+    """Issue 45: a bad value or a garbage upload is said in the status and one toast; nothing else changes (the
+    example run stays, Replay the race still replays it), and Replay's own errors do not raise either."""
+    opened = h.first_impression()
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("not json at all")
+    assert said(lambda: h.replay_upload(str(garbage))).startswith("**Cannot replay this file**: ")
+    refusal(run(prompt="   "))                                 # the page's traces are not in any output: kept
+    frames = list(h.replay_race(Session("after-error"), opened["traces"], h.MAX_SPEED))
+    assert frames[-1]["status"].endswith("(end)")
+    assert "replay speed: must be in (0, 50]" in said(lambda: list(h.replay_race(Session("r"), opened["traces"], 0))[0])
+    assert "no longer kept" in said(lambda: list(h.replay_race(Session("r"), [], 10))[0])
 
 
 def test_upload_replays_a_download_and_names_broken_fields(finished, tmp_path):
     result = h.replay_upload(finished[1]["download"])
-    assert [t.to_dict() for t in result[R["traces"]]] == [t.to_dict() for t in finished[1]["traces"]]
+    assert [t.to_dict() for t in result["traces"]] == [t.to_dict() for t in finished[1]["traces"]]
+    assert result["prompt"] == WORD and f"of the prompt “{WORD[:60]}" in result["status"]    # in the box too
     broken = tmp_path / "broken.json"
     data = json.loads(Path(finished[1]["download"]).read_text())
     data["traces"][1]["nfe"] = -1
     broken.write_text(json.dumps(data))
-    with pytest.raises(gr.Error, match=r"bundle.traces\[1\].*nfe"):
-        h.replay_upload(str(broken))
-    with pytest.raises(gr.Error, match="file"):
-        h.replay_upload(None)
+    assert re.search(r"bundle.traces\[1\].*nfe", said(lambda: h.replay_upload(str(broken))))
+    assert "file: no file" in said(lambda: h.replay_upload(None))
+    with pytest.raises(gr.Error, match=r"bundle.traces\[1\].*nfe"):       # API callers get the error raised
+        h.replay_api(str(broken))
 
 
 def test_step_view_follows_the_slider_and_play_stops_at_the_end(finished):
     traces = finished[1]["traces"]
     dico_index = [t.method for t in traces].index("dico")
-    view, text = h.show_step(dico_index, 3, traces)
-    assert view is not None and render.response_html(traces[dico_index], 3) in text
+    view = h.show_step(dico_index, 3, traces)
+    assert view["step_view"] is not None and render.response_html(traces[dico_index], 3) in view["step_text"]
     last = traces[dico_index].nfe - 1
-    assert h.tick(last, dico_index, traces)[3] is False
-    assert h.tick(0, dico_index, traces)[0] == 1
+    assert h.tick(last, dico_index, traces)["playing"] is False
+    assert h.tick(0, dico_index, traces) == {"step": 1}
 
 
 def test_a_hub_model_that_cannot_load_leaves_the_embedded_model_working(app_module, predictor, monkeypatch):
     import dico_ui.models as models
     monkeypatch.setattr(models, "gpu_available", lambda: False)
     with pytest.warns(UserWarning, match="needs a GPU"):
-        chosen, note = h.choose_model(next(iter(models.HUB_MODELS)))
-    assert chosen == "dico-tiny" and "could not be loaded" in note and "cpu" in note
+        out = h.choose_model(next(iter(models.HUB_MODELS)))
+    assert out["model"] == "dico-tiny" and "could not be loaded" in out["model_note"] and "cpu" in out["model_note"]
 
     def fail(*args, **kwargs):
         raise dico.ModelError("model: cannot load it (no network)")
     monkeypatch.setattr(models, "gpu_available", lambda: True)
     monkeypatch.setattr(models, "load_model", fail)
     with pytest.warns(UserWarning, match="embedded model dico-tiny keeps working"):
-        chosen, _ = h.choose_model(next(iter(models.HUB_MODELS)))
-    assert chosen == "dico-tiny"
+        out = h.choose_model(next(iter(models.HUB_MODELS)))
+    assert out["model"] == "dico-tiny"
 
 
 def test_dico_settings_are_named_only_by_the_library():
@@ -367,7 +391,7 @@ def test_the_kv_cache_is_a_shared_control_reaching_every_method(app_module, pred
     names = [spec.name for _, spec in CONTROLS]
     values[names.index("cache")] = "dual"
     *_, last = run(mode="semi-ar", gen_length=32, settings=values)
-    traces = last[R["traces"]]
+    traces = last["traces"]
     assert traces and all(t.settings["cache"] == "dual" and 0 < t.token_forwards < t.nfe * 96 for t in traces)
     values[names.index("cache")] = "everything"
     assert "setting cache: must be one of none, prefix, dual, delayed" in refusal(run(settings=values))
@@ -383,9 +407,10 @@ def rows_of(*lanes):
 
 
 def shown(out) -> list:
-    """The rows' values after a lane handler: its outputs up to the rows, updates read as their values."""
+    """The rows' values after a lane handler, as the page sends them back: updates read as their values."""
     from dico.lanes import MAX_LANES
-    return [v.get("value") if isinstance(v, dict) else v for v in out[:1 + 3 * MAX_LANES]]
+    rows = [out[f"{kind}-{i}"] for i in range(MAX_LANES) for kind in ("method", "knob", "label")]
+    return [out["count"]] + [v.get("value") if isinstance(v, dict) else v for v in rows]
 
 
 def test_lane_rows_add_remove_take_presets_and_become_the_lanes_run_takes(app_module):
@@ -393,15 +418,22 @@ def test_lane_rows_add_remove_take_presets_and_become_the_lanes_run_takes(app_mo
     values = rows_of(("vanilla", None, ""), ("fast", None, ""))
     assert lc.collect(*values) == [{"method": "vanilla"}, {"method": "fast"}]
     added = lc.add_lane(*values)
-    assert added[0] == 3 and added[7] == "topk" and added[8]["visible"] and added[8]["label"] == "k"
+    assert added["count"] == 3 and added["method-2"] == "topk" and added["knob-2"]["visible"] and \
+        added["knob-2"]["label"] == "k"
     assert lc.collect(*shown(added)[:7], "fast", 0.7, "eager", *shown(added)[10:]) == \
-        [{"method": "vanilla"}, {"method": "fast"}, {"method": "fast", "settings": {"threshold": 0.7}, "label": "eager"}]
+        [{"method": "vanilla"}, {"method": "fast"},
+         {"method": "fast", "settings": {"threshold": 0.7}, "label": "eager"}]
     removed = lc.remove_lane(0, *values)
-    assert removed[0] == 1 and removed[1] == "fast"
-    assert [u["visible"] for u in removed[19:25]] == [True] + [False] * 5
-    assert lc.remove_lane(0, *rows_of(("dico", None, "")))[0] == 1          # the last lane stays
+    assert removed["count"] == 1 and removed["method-0"] == "fast" and removed["lane_note"] == ""
+    assert [removed[f"row-{i}"]["visible"] for i in range(6)] == [True] + [False] * 5
+    last = lc.remove_lane(0, *rows_of(("dico", None, "")))                  # the last lane stays, and says why
+    assert last["count"] == 1 and "at least one lane" in last["lane_note"]
     full = rows_of(*[("topk", k, "") for k in (1, 2, 3, 4, 5, 6)])
-    assert lc.add_lane(*full)[0] == 6 and lc.add_lane(*full)[-1]["interactive"] is False
+    at_six = lc.add_lane(*full)                                             # Add is off, and says why
+    assert at_six["count"] == 6 and at_six["add"]["interactive"] is False
+    assert at_six["add"]["value"] == "6 lanes at most"
+    sixth = lc.add_lane(*rows_of(*[("topk", k, "") for k in (1, 2, 3, 4, 5)]))
+    assert "remove one" in at_six["lane_note"] and sixth["count"] == 6 and "remove one" in sixth["lane_note"]
     preset = lc.apply_preset("Vanilla vs Top-4 per step", *values)
     assert lc.collect(*shown(preset)) == [{"method": "vanilla"}, {"method": "topk", "settings": {"k": 4}}]
     assert not lc.choose_method("dico")["visible"] and lc.choose_method("topk")["label"] == "k"
@@ -410,12 +442,18 @@ def test_lane_rows_add_remove_take_presets_and_become_the_lanes_run_takes(app_mo
 
 
 def test_a_page_race_of_two_lanes_of_one_method_names_each_by_its_label(app_module, predictor):
-    lanes_ = [{"method": "vanilla"}, {"method": "topk", "settings": {"k": 4.0}}, {"method": "topk", "settings": {"k": 2.0}}]
+    lanes_ = [{"method": "vanilla"}, {"method": "topk", "settings": {"k": 4.0}},
+              {"method": "topk", "settings": {"k": 2.0}}]
     *_, last = run(prompt=LIST, gen_length=16, methods=lanes_)
-    result = dict(zip(h.RESULTS, last))
+    result = last
     assert [t.label for t in result["traces"]] == ["Vanilla", "Top-4 per step", "Top-2 per step"]
     assert [t.nfe for t in result["traces"]] == [16, 4, 8]
     assert list(result["table"]["lane"]) == ["Vanilla", "Top-4 per step", "Top-2 per step"]
     assert all(f'<b class="lane-label">{t.label}</b>' in result["answers"] for t in result["traces"])
-    refused = refusal(run(methods=[{"method": "topk"}, {"method": "topk"}]))
-    assert "methods[1].label: 'Top-4 per step' is also the label of methods[0]" in refused
+    refused = refusal(run(methods=[{"method": "topk"}, {"method": "topk"}]))     # named as the page names lanes
+    assert "Lane 2: label: 'Top-4 per step' is also the label of Lane 1" in refused
+    lanes_ = ["vanilla", "fast", "dico", {"method": "topk"}, {"method": "topk", "settings": {"k": 2}},
+              {"method": "fast", "label": "Vanilla"}]
+    assert "Lane 6: label: 'Vanilla' is also the label of Lane 1" in refusal(run(methods=lanes_))
+    assert "Lane 4 (Top-k per step): k: must be in" in refusal(run(methods=["vanilla", "fast", "dico",
+                                                                             {"method": "topk", "settings": {"k": 0}}]))

@@ -2,6 +2,7 @@
 streaming, cancelling then running again, errors, and /replay of a downloaded bundle."""
 import json
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -37,7 +38,7 @@ def test_run_returns_the_race_the_table_and_figures(client, app_module, predicto
     assert out["answers"].count("answer complete at step") == 3
     assert [row[0] for row in out["table"]["data"]] == ["Vanilla", "Fast-dLLM", "DiCo"]
     assert out["trajectory"]["type"] == "plotly"
-    bundle = json.loads(open(out["download"], encoding="utf-8").read())
+    bundle = json.loads(Path(out["download"]).read_text(encoding="utf-8"))
     assert [t["method"] for t in bundle["traces"]] == ["vanilla", "fast", "dico"]
 
 
@@ -70,7 +71,7 @@ def test_lanes_are_method_names_or_objects_and_two_may_share_a_method(client, ap
     assert [row[0] for row in out["table"]["data"]] == ["Vanilla", "Top-4 per step", "Fast-dLLM", "eager Fast-dLLM"]
     for label in ("Top-4 per step", "eager Fast-dLLM"):
         assert f'<b class="lane-label">{label}</b>' in out["answers"]
-    traces = json.loads(open(out["download"], encoding="utf-8").read())["traces"]
+    traces = json.loads(Path(out["download"]).read_text(encoding="utf-8"))["traces"]
     assert [t["label"] for t in traces] == ["Vanilla", "Top-4 per step", "Fast-dLLM", "eager Fast-dLLM"]
     assert [t["settings"].get("threshold") for t in traces[2:]] == [0.9, 0.5] and traces[1]["settings"]["k"] == 4
     assert traces[1]["nfe"] == 32 // 4
@@ -80,7 +81,7 @@ def test_a_race_puts_a_method_beside_itself_with_a_kv_cache(client, app_module, 
     lanes = ["fast", {"method": "fast", "settings": {"cache": "dual", "cache_refresh": 1}},
              {"method": "fast", "settings": {"cache": "dual"}}]
     out = results(app_module, call(client, methods=lanes, mode="semi-ar"))
-    traces = json.loads(open(out["download"], encoding="utf-8").read())["traces"]
+    traces = json.loads(Path(out["download"]).read_text(encoding="utf-8"))["traces"]
     labels = ["Fast-dLLM", "Fast-dLLM (dual cache, cache_refresh=1)", "Fast-dLLM (dual cache)"]
     assert [t["label"] for t in traces] == [row[0] for row in out["table"]["data"]] == labels
     plain, exact, cached = traces
@@ -131,7 +132,7 @@ def test_users_at_once_each_get_their_own_race(app_url, app_module, predictor):
 
     def one(prompt):
         out = results(app_module, call(Client(app_url, verbose=False), prompt=prompt, gen_length=24))
-        return json.loads(open(out["download"], encoding="utf-8").read())["traces"][0]["prompt"]
+        return json.loads(Path(out["download"]).read_text(encoding="utf-8"))["traces"][0]["prompt"]
 
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(one, prompts)) == prompts
@@ -141,6 +142,7 @@ def test_users_at_once_each_get_their_own_race(app_url, app_module, predictor):
 
 def test_a_full_line_is_told_busy_at_once_in_the_apps_words(client, app_module, predictor, monkeypatch):
     import time
+
     from dico_ui import runs
     from dico_ui.bounded import Line
     monkeypatch.setattr(runs, "LINE", Line(decoders=1, size=1, guess_s=30))
@@ -190,3 +192,21 @@ def test_a_client_that_leaves_stops_its_decode_and_its_state_is_freed(app_url, a
     wait_until(lambda: not [e for e in list(events.values()) if e.session_hash in (leaving.session_hash,
                                                                                 later.session_hash)],
                30, "the finished events of closed pages to be dropped")
+
+
+def test_gradios_per_session_tables_stay_within_the_session_cap(app_url, app_module, predictor, wait_until,
+                                                                 monkeypatch):
+    """Issue 45: past ``state_session_capacity`` gradio 5.50 dropped a session's state but kept an entry per
+    session in the tables beside it (finished events with their requests, message queues, last-use times), so
+    memory grew with every new visitor. Each run now trims them to the sessions whose state is kept."""
+    from dico_ui.serve import session_tables
+    demo = app_module.demo
+    monkeypatch.setattr(demo.state_holder, "capacity", 3)
+    for _ in range(7):                                           # 7 new sessions, past a cap of 3
+        client = Client(app_url, verbose=False)
+        out = client.predict(PROMPT, "dico-tiny", "non-ar", 4, 4, ["vanilla"], "", False, api_name="/run")
+        assert out[0].startswith("Done")
+        client.close()
+    wait_until(lambda: session_tables(demo)["events"] <= 1, 30, "the last run's trim")
+    tables = session_tables(demo)
+    assert tables["state"] <= 3 and max(tables.values()) <= 3, tables

@@ -18,7 +18,8 @@ def test_a_lane_is_a_method_name_or_an_object_and_its_default_label_names_what_s
                          {"method": "vanilla", "label": "LLaDA, 24 steps", "settings": {"steps": 24}}])
     assert [lane.label for lane in lanes] == ["Vanilla", "Top-4 per step", "Top-2 per step", "Fast-dLLM",
                                               "Fast-dLLM 0.7", "LLaDA, 24 steps"]
-    assert lanes[1] == Lane("topk", "Top-4 per step", {"k": 4}) and lanes[5].settings == {"steps": 24}
+    assert lanes[1] == Lane("topk", "Top-4 per step", dico.settings_for("topk", {"k": 4}))
+    assert lanes[5].settings == dico.VanillaSettings(steps=24)       # typed and checked: nothing checks it again
     assert default_label("topk") == "Top-4 per step"                 # k is always said
     assert default_label("vanilla", {"steps": 24}) == "Vanilla, 24 steps"
     assert default_label("fast-factor", {"factor": 2.0}) == "Fast-dLLM (factor 2)"
@@ -33,8 +34,7 @@ def test_a_lane_is_a_method_name_or_an_object_and_its_default_label_names_what_s
 def test_a_lane_starts_from_its_methods_settings_and_its_own_lie_over_them():
     (lane,) = parse_lanes([{"method": "fast", "settings": {"threshold": 0.7}}], {"fast": {"threshold": 0.9,
                                                                                           "cache": "dual"}})
-    assert lane.settings == {"threshold": 0.7, "cache": "dual"} and lane.label == "Fast-dLLM 0.7"
-    assert lane.checked().threshold == 0.7
+    assert lane.settings == dico.FastSettings(threshold=0.7, cache="dual") and lane.label == "Fast-dLLM 0.7"
 
 
 @pytest.mark.parametrize("lanes,message", [
@@ -55,6 +55,38 @@ def test_a_lane_starts_from_its_methods_settings_and_its_own_lie_over_them():
 def test_a_bad_lane_is_a_clear_message_naming_it(lanes, message):
     with pytest.raises(ValueError, match=message):
         parse_lanes(lanes)
+
+
+def test_a_lane_is_named_as_its_caller_names_it():
+    """The page says "Lane 2", the API "methods[1]": one parse, the caller's words."""
+    def page(i, name=""):
+        return f"Lane {i + 1}" + (f": {name}" if name else "")
+    with pytest.raises(ValueError, match=r"^Lane 2: label: 'Fast-dLLM' is also the label of Lane 1;"):
+        parse_lanes(["fast", "fast"], at=page)
+    with pytest.raises(ValueError, match=r"^Lane 1 \(Top-k per step\): k: must be in"):
+        parse_lanes([{"method": "topk", "settings": {"k": 0}}], at=page)
+
+
+def test_the_preset_rule_lives_in_one_place_settings_given_explicitly_win():
+    """With DiCo's authors_code switch on, a form's values left at their defaults are not "given" (the preset fills
+    them) and the values changed win; a dict gives what it names, defaults too."""
+    from dico.lanes import explicit
+    from dico.settings import AUTHORS_CODE, DiCoSettings, specs
+    form = {spec.name: spec.default for spec in specs(DiCoSettings)} | {"authors_code": True, "tau1": 0.4}
+    assert explicit("dico", form, every_setting_shown=True) == {"authors_code": True, "tau1": 0.4}
+    assert explicit("dico", {"authors_code": True, "seeds": 0}) == {"authors_code": True, "seeds": 0}
+    (lane,) = parse_lanes([{"method": "dico", "settings": explicit("dico", form, every_setting_shown=True)}])
+    assert lane.settings.tau1 == 0.4 and lane.settings.seeds == AUTHORS_CODE["seeds"] and lane.settings.authors_code
+    assert lane.label == "DiCo (authors_code=on, tau1=0.4)"
+    (given,) = parse_lanes([{"method": "dico", "settings": {"authors_code": True, "seeds": 0}}])
+    assert given.settings.seeds == 0                                 # given explicitly: it wins over the preset
+
+
+def test_a_lane_pickles_as_it_is_for_zerogpus_worker_process():
+    import pickle
+    lanes = parse_lanes(["vanilla", {"method": "dico", "settings": {"authors_code": True, "tau1": 0.4}}])
+    again = pickle.loads(pickle.dumps(lanes))
+    assert again == lanes and again[1].settings.authors_code and again[1].settings.short_right_growth
 
 
 def test_every_trace_records_its_lanes_label_and_settings(predictor, tmp_path):

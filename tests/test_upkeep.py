@@ -14,7 +14,8 @@ from dico_ui.limits import LIMITS, Limits
 
 gr = pytest.importorskip("gradio")
 
-from dico_ui import downloads, handlers as h, runs  # noqa: E402
+from dico_ui import downloads, runs  # noqa: E402
+from dico_ui import handlers as h  # noqa: E402
 
 PROMPT = "Tom has 5 apples. He buys 3 more apples. How many apples does Tom have now?"
 
@@ -143,7 +144,7 @@ def test_a_closed_page_stops_its_decode_before_the_next_step_and_draws_nothing(p
     seen = counted_race
     stream = run_api("closing")
     next(stream)                                         # cleared
-    assert "decoding" in next(stream)[1]                # a live frame
+    assert "decoding" in next(stream)["answers"]        # a live frame
     computed = seen["rounds"]
     close_page("closing")                  # gradio's unload for this page
     assert list(stream) == []                            # no figures for nobody
@@ -155,8 +156,7 @@ def test_a_closed_pages_waiting_run_leaves_the_line(app_module, predictor, monke
     busy = runs.LINE.join("someone")
     assert runs.LINE.wait(busy, 0)                       # the only decoder is taken
     stream = run_api("queued-then-closed")
-    next(stream)
-    assert next(stream)[0].startswith("Waiting for a free decoder: 1 run ahead")
+    assert next(stream)["status"].startswith("Waiting for a free decoder: 1 run ahead")
     close_page("queued-then-closed")
     assert list(stream) == [] and not runs.LINE.holds("queued-then-closed")
 
@@ -164,7 +164,7 @@ def test_a_closed_pages_waiting_run_leaves_the_line(app_module, predictor, monke
 def test_a_run_past_the_time_limit_stops_with_its_partial_answers(app_module, predictor, monkeypatch):
     monkeypatch.setattr(runs, "LIMITS", replace(LIMITS, run_seconds=0.0))       # over after the first step
     *_, last = run_api("slow", gen_length=48)
-    result = dict(zip(h.RESULTS, last))
+    result = last
     assert result["status"].startswith("Stopped at the time limit")
     assert all(t.stopped for t in result["traces"]) and result["trajectory"] is not None
 
@@ -178,7 +178,7 @@ def test_a_full_line_refuses_at_once_with_the_wait(app_module, predictor, monkey
     with pytest.warns(UserWarning, match="The demo is busy"):
         page = list(h.run_ui(Session("late"), PROMPT, "dico-tiny", "non-ar", 48.0, 16.0, ["dico"], True,
                              *[spec.default for _, spec in CONTROLS]))
-    assert len(page) == 1 and page[0][0].startswith("**Busy**: The demo is busy")      # the page: status + toast
+    assert len(page) == 1 and page[0]["status"].startswith("**Busy**: The demo is busy")      # the page: status + toast
 
 
 def test_a_model_error_mid_decode_names_what_failed_and_keeps_the_partial_run(app_module, predictor, monkeypatch,
@@ -193,13 +193,13 @@ def test_a_model_error_mid_decode_names_what_failed_and_keeps_the_partial_run(ap
         return forward(ids, attentions=attentions, **kwargs)
     monkeypatch.setattr(predictor, "forward", faulty)
     *_, last = run_api("faulty")
-    result = dict(zip(h.RESULTS, last))
+    result = last
     assert result["status"].startswith("**The run failed**: DiCo failed at step 3 (RuntimeError: injected fault)")
     assert [t.nfe for t in result["traces"]] == [3, 3, 2] and all(t.stopped for t in result["traces"])
     assert result["trajectory"] is not None and "stopped at step 2" in result["answers"]
     assert "injected fault" in caplog.text                                    # the operator sees it logged
     monkeypatch.setattr(predictor, "forward", forward)
-    assert list(run_api("faulty", gen_length=8))[-1][0].startswith("Done")      # the next run is fine
+    assert list(run_api("faulty", gen_length=8))[-1]["status"].startswith("Done")      # the next run is fine
 
 
 # ============================================================================ Stop across a worker process
@@ -244,10 +244,10 @@ def test_stop_reaches_a_race_running_in_a_worker_process(app_module, predictor, 
     stream = run_api("worker", gen_length=192)
     next(stream)
     live = next(stream)
-    assert "decoding" in live[1]
+    assert "decoding" in live["answers"]
     h.stop(Session("worker"))
     *_, last = stream
-    result = dict(zip(h.RESULTS, last))
+    result = last
     traces = result["traces"]
     assert result["status"].startswith("Stopped at step")
     seen = int(result["status"].split("Stopped at step ")[1].split(";")[0])
@@ -269,9 +269,59 @@ def test_a_missing_or_corrupt_shipped_example_still_opens_the_page(app_module, m
     for path in (broken, tmp_path / "missing.json"):
         monkeypatch.setattr(h, "EXAMPLE_RUN", path)
         out = h.first_impression()
-        assert "could not be read" in out[0] and out[h.RESULTS.index("traces")] == []
+        assert "could not be read" in out["status"] and out["traces"] == [] and "prompt" not in out
         assert layout.load_examples(path) == ([], layout.load_examples(path)[1]) and "could not be read" in \
             layout.load_examples(path)[1]
     monkeypatch.setattr(layout, "EXAMPLES", broken)
     demo = layout.build_demo()
     assert any(getattr(b, "elem_id", None) == "examples-notice" for b in demo.blocks.values())
+
+
+# ============================================================================ one typed request, pickled
+
+def test_a_request_is_parsed_once_into_frozen_dataclasses_that_pickle_for_the_worker(app_module, predictor):
+    """ZeroGPU runs ``decode_race`` in a worker process: its argument and every frame cross pickled. The request is
+    parsed once; the race reads its typed lanes and checks nothing again."""
+    import dataclasses
+    import pickle
+
+    from dico_ui.race import race
+    from dico_ui.request import RunRequest, api_request
+    req = api_request(PROMPT, "dico-tiny", "semi-ar", 16.0, 8.0, ["vanilla", {"method": "dico", "label": "mine"}],
+                      '{"dico": {"authors_code": true}}', True)
+    assert isinstance(req, RunRequest) and pickle.loads(pickle.dumps(req)) == req
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        req.gen_length = 32
+    assert req.block_length == 8 and req.lanes[1].label == "mine" and req.lanes[1].settings.short_right_growth
+    frames = list(race(predictor, pickle.loads(pickle.dumps(req))))
+    last = pickle.loads(pickle.dumps(frames[-1]))
+    assert last.finished and [t.label for t in last.traces] == ["Vanilla", "mine"]
+    assert last.traces[1].settings["authors_code"] is True
+
+
+# ============================================================================ a run that may outlast the limit
+
+def test_a_one_token_a_step_lane_that_may_outlast_the_time_limit_is_said_before_the_run(app_module, predictor):
+    """Issue 45: Vanilla at gen 256 takes 256 passes; at the pace runs have here that may pass the time limit, so
+    the page says so before the run (a toast and the status), and says nothing for a race that fits."""
+    from dico_ui.request import api_request, too_long
+    long = api_request(PROMPT, "dico-tiny", "non-ar", 256, 32, ["vanilla", "fast", "dico"], "", True)
+    said = too_long(long, pass_s=0.2)
+    assert said.startswith("gen_length: Vanilla takes 256 forward passes at gen_length 256 (one token a step)")
+    assert "stops at 60 s, so it may not finish" in said
+    assert too_long(long, pass_s=0.01) == ""                                      # a fast server: nothing to say
+    short = api_request(PROMPT, "dico-tiny", "non-ar", 32, 32, ["vanilla", "fast"], "", True)
+    assert too_long(short, pass_s=0.2) == ""
+    topk = api_request(PROMPT, "dico-tiny", "non-ar", 256, 32, [{"method": "topk", "settings": {"k": 1}}], "", True)
+    assert "Top-1 per step takes 256 forward passes" in too_long(topk, pass_s=0.2)
+    adaptive = api_request(PROMPT, "dico-tiny", "non-ar", 256, 32, ["fast", "dico"], "", True)
+    assert too_long(adaptive, pass_s=1.0) == ""                 # the adaptive rules finish sooner: no promise broken
+
+
+def test_the_page_warns_before_a_long_run_and_says_it_in_the_status(app_module, predictor, monkeypatch):
+    monkeypatch.setattr(runs, "_paces", __import__("collections").deque([1.0]))       # 1 s a pass and position
+    stream = run_api("long", gen_length=64, methods=("vanilla",))
+    with pytest.warns(UserWarning, match="Vanilla takes 64 forward passes"):
+        first = next(stream)
+    assert first["status"].startswith("Starting…") and "may not finish" in first["status"]
+    stream.close()

@@ -1,0 +1,95 @@
+"""The page's events, one line each, beside the layout that declares the components (``dico_ui.layout``).
+
+Handlers (``dico_ui.handlers``, ``dico_ui.lane_controls``) return their outputs by name; ``keyed`` hands gradio
+``{component: value}``, so no handler and no outputs list must agree on an order. ``c`` maps every name to its
+component (``layout.build_demo``).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+from dico_ui import handlers as h
+from dico_ui import lane_controls
+from dico_ui.outputs import RESULTS
+
+# Plots drawn while their tab was hidden keep plotly's default width; a tab switch sends a resize.
+RESIZE_PLOTS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 50); }"
+
+
+def keyed(fn, c: dict):
+    """``fn`` returning (or streaming) ``{name: value}`` as gradio takes it: ``{component: value}``."""
+    def by_component(out: dict) -> dict:
+        return {c[name]: value for name, value in out.items()}
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            for out in fn(*args, **kwargs):
+                yield by_component(out)
+        return stream
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return by_component(fn(*args, **kwargs))
+    return call
+
+
+def wire(demo, c: dict) -> None:
+    """Every event of the page. Inside ``demo``'s ``with`` block (gradio attaches events to the open Blocks)."""
+    slots = c["slots"]
+    c = {**c, **slots.named}
+    results = [c[name] for name in RESULTS]          # a run fills these (the API's /run returns them in this order)
+    quiet = dict(queue=False, show_api=False)
+    # always_last: Run pressed while a stopped run is still winding down starts once that one ends (the default,
+    # "once", would drop the click). concurrency_limit=None: every run reaches its handler at once, which keeps the
+    # app's own line (dico_ui.runs.LINE: LIMITS.decoders decode, LIMITS.queue admitted) and tells the rest it is busy.
+    live = dict(show_progress="minimal", show_progress_on=[c["status"]], concurrency_limit=None,
+                concurrency_id="decode", trigger_mode="always_last")
+    page_run = [c[n] for n in ("prompt", "model", "mode", "gen_length", "block_length", "lanes", "capture_attention")]
+    # Each click is stamped before it queues, so Stop can end a run that is still waiting (see runs.stop); the
+    # lane rows become the lanes, then the run reads them.
+    for trigger in (c["run"].click, c["prompt"].submit):
+        trigger(h.clicked, None, None, **quiet) \
+            .then(lane_controls.collect, slots.inputs, c["lanes"], **quiet) \
+            .then(keyed(h.run_ui, c), page_run + c["controls"], results, show_api=False, **live)
+    c["api"].click(keyed(h.run_api, c), c["api_run"], results, api_name="run", **live)
+    c["api_replay"].click(keyed(h.replay_api, c), [c["api_file"]], results + [c["prompt"]], api_name="replay")
+    c["stop"].click(h.stop, None, [c["status"]], **quiet)
+    c["upload"].upload(keyed(h.replay_upload, c), [c["upload"]], results + [c["prompt"]], show_api=False,
+                       show_progress="minimal")
+    c["replay"].click(h.clicked, None, None, **quiet) \
+        .then(keyed(h.replay_race, c), [c["traces"], c["speed"]], [c["status"], c["answers"]], show_api=False,
+              show_progress="hidden", concurrency_limit=4, trigger_mode="always_last")
+    wire_lanes(slots, c)
+    wire_step_view(c)
+    c["model"].input(keyed(h.choose_model, c), [c["model"]], [c["model"], c["model_note"]], show_api=False)
+    c["mode"].change(keyed(h.show_block_length, c), [c["mode"]], [c["block_length"]], **quiet)
+    demo.load(keyed(h.first_impression, c), None, results + [c["prompt"]], show_api=False)
+    demo.unload(h.closed)
+    demo.load(keyed(h.current_model_note, c), None, [c["model_note"]], show_api=False, show_progress="hidden")
+    for tab in c["plot_tabs"]:
+        tab.select(None, None, None, js=RESIZE_PLOTS, **quiet)
+
+
+def wire_lanes(slots, c: dict) -> None:
+    """Add, Remove, presets and each row's method menu."""
+    rows = list(slots.named.values())
+    quiet = dict(queue=False, show_api=False)
+    slots.add.click(keyed(lane_controls.add_lane, c), slots.inputs, rows, **quiet)
+    slots.preset.input(keyed(lane_controls.apply_preset, c), [slots.preset] + slots.inputs, rows, **quiet)
+    for i, remove in enumerate(slots.removes):
+        remove.click(keyed(functools.partial(lane_controls.remove_lane, i), c), slots.inputs, rows, **quiet)
+        slots.methods[i].input(lane_controls.choose_method, slots.methods[i], slots.knobs[i], **quiet)
+
+
+def wire_step_view(c: dict) -> None:
+    """The step slider, the run chooser and Play."""
+    small = dict(show_api=False, show_progress="hidden")
+    step_view = [c["step_view"], c["step_text"]]
+    c["step"].change(keyed(h.show_step, c), [c["step_run"], c["step"], c["traces"]], step_view, concurrency_limit=4,
+                     **small)
+    c["step_run"].input(keyed(h.choose_run, c), [c["step_run"], c["traces"]], [c["step"]] + step_view, **small)
+    playing = [c["timer"], c["play"], c["playing"], c["step"]]
+    c["play"].click(keyed(h.toggle_play, c), [c["playing"], c["step"], c["step_run"], c["traces"]], playing, **small)
+    c["timer"].tick(keyed(h.tick, c), [c["step"], c["step_run"], c["traces"]], playing, concurrency_limit=4, **small)
