@@ -283,13 +283,13 @@ def show_step(run_index, k, traces) -> dict:
 
 
 def choose_run(run_index, traces) -> dict:
-    """Another run chosen in the step view: its last step."""
+    """Another run chosen in the step view: its first step."""
     trace = _trace_at(traces, run_index)
     if trace is None:
         gr.Warning(EXPIRED)
         return {}
     last = max(len(trace.steps) - 1, 0)
-    return {"step": gr.update(maximum=max(last, 1), value=last, interactive=bool(last)), **_step(trace, last)}
+    return {"step": gr.update(maximum=max(last, 1), value=0, interactive=bool(last)), **_step(trace, 0)}
 
 
 PLAY, PAUSE = "▶ Play", "⏸ Pause"

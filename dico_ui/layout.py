@@ -178,7 +178,7 @@ def result_tabs() -> dict:
     """The figures of a run, tab by tab, then the benchmark and About tabs."""
     c, tabs = {}, []
     with gr.Tabs(elem_id="results"):
-        with gr.Tab("DiCo trajectory", id="trajectory-tab") as tab:
+        with gr.Tab("Trajectory", id="trajectory-tab") as tab:
             tabs.append(tab)
             c["trajectory"] = gr.Plot(show_label=False, elem_id="trajectory-plot")
             with gr.Row(equal_height=False):

@@ -99,9 +99,10 @@ def results(traces: list[Trace], status: str, outside: str = "") -> dict:
         attention=figure("attention", visuals.attention_figure, with_attention),
         step_run=gr.update(choices=[(f"{t.name}: {t.nfe} steps", j) for j, t in enumerate(traces)],
                            value=traces.index(main)),
-        step=gr.update(minimum=0, maximum=max(last, 1), value=last, interactive=bool(last)),
-        step_view=figure("step view", visuals.step_view_figure, main, last) if main.steps else None,
-        step_text=render.step_html(main, last), download=write_bundle(traces), about=about_text(traces, outside),
+        # the step view opens on the first step (the whole response still to decide); the last one is nearly empty
+        step=gr.update(minimum=0, maximum=max(last, 1), value=0, interactive=bool(last)),
+        step_view=figure("step view", visuals.step_view_figure, main, 0) if main.steps else None,
+        step_text=render.step_html(main, 0), download=write_bundle(traces), about=about_text(traces, outside),
         traces=traces)
 
 
