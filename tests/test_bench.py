@@ -175,6 +175,7 @@ def test_the_cache_bench_compares_each_kind_with_no_cache_on_the_same_items(tmp_
     assert fresh["changed"] == 0 and fresh["token_forwards_cache"] == fresh["token_forwards_none"]   # one block: exact
 
 
+@pytest.mark.slow
 def test_the_cache_bench_can_take_its_decodes_without_a_cache_from_table_1(tmp_path, monkeypatch):
     """At gen 256 the decodes without a cache are most of the cache bench's work, and Table 1 has decoded them: against
     Table 1's saved parts only the cached side is decoded (batched), and every row is what the bench decoding both
