@@ -252,7 +252,8 @@ def summary(rows: list[dict]) -> list[dict]:
                 ok = [r[key] for r in group if "error" not in r[key]]
                 entry[key] = {"steps": sum(a["steps"] for a in ok), "of": sum(a["of"] for a in ok),
                               "runs": sum(a["run"] for a in ok), "n": len(ok),
-                              "responses": sum(a["response"] for a in ok)}
+                              "responses": sum(a["response"] for a in ok),
+                              "equal_nfe": sum(a["nfe"][0] == a["nfe"][1] for a in ok)}
             causes = {}
             for r in group:
                 for c in r.get("causes", []):
@@ -278,6 +279,10 @@ def markdown(table: list[dict], command: str, items: int) -> str:
         lines.append(f"| {e['method']} | {e['mode']} | {cell(e['published_vs_reference'])} | "
                      f"{cell(e['reference_vs_project'])} | {cell(e['published_vs_project'])} | {causes} |")
     quirks = sum(e["published_quirks"] for e in table)
+    ends = [e["published_vs_project"] for e in table if e["published_vs_project"]["n"]]
+    lines += ["", f"Published code vs dico, whole runs: the same final response in {sum(a['responses'] for a in ends)} "
+              f"of {sum(a['n'] for a in ends)} runs, the same number of passes in "
+              f"{sum(a['equal_nfe'] for a in ends)}."]
     lines += ["", "The last column counts, among the runs where the published code and dico differ (looked for on the "
               "first items only: `causes_items_per_family` in the JSON), those that differ again when the reference, "
               "otherwise on the published conventions, takes one of the project's:", "",
