@@ -200,12 +200,14 @@ def agreement(a, b, keys=("committed", "tokens", "remasked")) -> dict:
             "first_difference": first, "nfe": [len(sa), len(sb)], "response": ra == rb}
 
 
-def measure(predictor, methods: list[str], items: int, causes_items: int, log, done=lambda rows: None) -> list[dict]:
-    """Every comparison on ``items`` held-out items of each family (item by item, every family each time, ``done``
-    called after each); the causes of differences looked for on the first ``causes_items`` of them."""
+def measure(predictor, methods: list[str], items: int, causes_items: int, log, done=lambda rows: None,
+            first: int = 0) -> list[dict]:
+    """Every comparison on held-out items ``first`` .. ``first + items - 1`` of each family (item by item, every
+    family each time, ``done`` called after each); the causes of differences looked for on the first
+    ``causes_items`` of them."""
     rows = []
-    splits = {family: tasks.make_split(family, "test")[:items] for family in tasks.FAMILIES}
-    for index in range(items):
+    splits = {family: tasks.make_split(family, "test") for family in tasks.FAMILIES}
+    for index in range(first, first + items):
         for family, split in splits.items():
             item = split[index]
             ids = predictor.encode_prompt(item.prompt)
@@ -226,7 +228,7 @@ def measure(predictor, methods: list[str], items: int, causes_items: int, log, d
                            "published_vs_project": agreement(pub, lead) if lead else {"error": lead_error},
                            "published_vs_project_reference": agreement(pub, ours),
                            "published_quirks": sum(len(s[k]) for s in pub[0] for k in KEYS[3:])}
-                    if not row["published_vs_project_reference"]["run"] and index < causes_items:
+                    if not row["published_vs_project_reference"]["run"] and index < first + causes_items:
                         row["causes"] = [name for name, conv in SWITCHES.items()
                                          if not agreement(pub, reference(method, predictor, ids, width,
                                                                          _flip(conv), memo))["run"]]
@@ -303,6 +305,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--published", required=True, type=Path, help="folder of the published files (see above)")
     parser.add_argument("--items", type=int, default=10, help="held-out items per family")
+    parser.add_argument("--first", type=int, default=0, help="the first held-out item (to add items to a run)")
     parser.add_argument("--methods", nargs="+", choices=list(REFERENCES), default=list(REFERENCES))
     parser.add_argument("--causes-items", type=int, default=3, help="look for the causes of differences on the first "
                         "this many items of each family (three more reference runs each)")
@@ -312,7 +315,7 @@ def main() -> None:
     torch.set_num_threads(1)
     predictor = dico.load_model()
     started = time.time()
-    command = (f"python tests/fidelity_run.py --published <folder> --items {args.items} "
+    command = (f"python tests/fidelity_run.py --published <folder> --items {args.items} --first {args.first} "
                f"--causes-items {args.causes_items} --methods {' '.join(args.methods)}")
 
     def write(rows):
@@ -332,7 +335,7 @@ def main() -> None:
                                                                       "reference_vs_project",
                                                                       "published_vs_project")),
               r.get("causes", ""), flush=True)
-    rows = measure(predictor, args.methods, args.items, args.causes_items, log, write)
+    rows = measure(predictor, args.methods, args.items, args.causes_items, log, write, args.first)
     print(markdown(summary(rows), command, args.items))
 
 
