@@ -51,6 +51,7 @@ def test_prompts_have_different_lengths(predictor, prompts):
     assert len({len(predictor.encode_prompt(p)) for p in prompts}) >= 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("method", METHODS)
 def test_every_row_of_a_batch_decodes_as_its_prompt_alone(predictor, prompts, method, mode, logit_noise):

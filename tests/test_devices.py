@@ -67,6 +67,7 @@ def test_the_model_runs_on_the_accelerator(gpu):
 
 # ============================================================================ the same decodes
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("method", dico.METHODS)
 def test_every_method_and_mode_decodes_as_on_the_cpu_with_attention_maps(cpu, gpu, method, mode):
