@@ -10,8 +10,7 @@ import os
 import sys
 import textwrap
 
-from dico.settings import (DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, MODES, NON_AR, SEMI_AR, SETTINGS,
-                           specs)
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, MODES, NON_AR, SEMI_AR, SETTINGS, specs
 
 LAST_LINE = ("nfe=<int> answer_nfe=<int> answer_tokens=<int> padding_tokens=<int> tokens_per_s=<float> "
              "wall_s=<float>")
@@ -60,8 +59,7 @@ def add_settings_options(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group(f"{method} settings (paper defaults unless given)")
         for spec in fresh:
             seen.add(spec.name)
-            origin = "; ".join(f"{k}: {v}" for k, v in (("paper", spec.paper), ("code", spec.code)) if v is not None)
-            text = f"{spec.help} (default {spec.default}" + (f"; {origin})" if origin else ")")
+            text = _shared_help(spec)
             if spec.type is bool:
                 group.add_argument(_option(spec.name), action=argparse.BooleanOptionalAction, default=None,
                                    help=text)
@@ -70,6 +68,21 @@ def add_settings_options(parser: argparse.ArgumentParser) -> None:
             else:
                 group.add_argument(_option(spec.name), type=spec.type, default=None, metavar=spec.type.__name__.upper(),
                                    help=f"{text}, in {spec.interval()}")
+
+
+def _shared_help(spec) -> str:
+    """An option's help: its setting's, or where methods share a name with other meanings, each method's."""
+    meanings = {}
+    for method, cls in SETTINGS.items():
+        for other in specs(cls):
+            if other.name == spec.name:
+                origin = "; ".join(f"{k}: {v}" for k, v in (("paper", other.paper), ("code", other.code))
+                                   if v is not None)
+                meanings.setdefault(f"{other.help} (default {other.default}" + (f"; {origin})" if origin else ")"),
+                                    []).append(method)
+    if len(meanings) == 1:
+        return next(iter(meanings))
+    return "; ".join(f"{', '.join(methods)}: {text}" for text, methods in meanings.items())
 
 
 def given_settings(args: argparse.Namespace) -> dict:
@@ -87,7 +100,8 @@ def given_settings(args: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m dico", description="Decode with a diffusion LM (Vanilla, naive top-k, Fast-dLLM, DiCo) "
+    parser = _Parser(prog="python -m dico", description="Decode with a diffusion LM (Vanilla, naive top-k, Fast-dLLM, "
+                                                        "DiCo, EB-Sampler, KLASS, WINO, Saber) "
                                                         "and record every step.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gen = sub.add_parser("generate", help="decode one prompt and print the answer",
@@ -124,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--capture-attention", action="store_true",
                      help="record stage-averaged attention maps in the trace (every model kind)")
     gen.add_argument("--constrain", metavar="OFFSET:WORD,...", default=None,
-                     help="words fixed at response offsets before decoding, as LLaDA's demo takes them: \"0:The,5:leader\" "
+                     help="words fixed at response offsets before decoding, as LLaDA's demo takes them: "
+                          "\"0:The,5:leader\" "
                           "(a word of several tokens fills the positions after its offset)")
     fork = gen.add_argument_group("forks (rewind a saved run to a step, edit it, decode on)")
     fork.add_argument("--fork", metavar="TRACE.json", help="fork this trace (written by --json or the app) instead of "
@@ -159,7 +174,8 @@ def _prompts(args) -> list[str]:
     prompts = list(args.prompt or [])
     if args.prompts_file:
         try:
-            text = open(args.prompts_file, encoding="utf-8").read()
+            with open(args.prompts_file, encoding="utf-8") as source:
+                text = source.read()
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"prompts_file: cannot read {args.prompts_file} ({exc})") from None
         prompts += [line.strip() for line in text.splitlines() if line.strip()]
@@ -195,7 +211,8 @@ def _parent(args):
     if args.lane is not None:
         named = [t for t in traces if t.name == args.lane]
         if not named:
-            raise ValueError(f"lane: no lane {args.lane!r} in {args.fork}; it holds {', '.join(t.name for t in traces)}")
+            held = ", ".join(t.name for t in traces)
+            raise ValueError(f"lane: no lane {args.lane!r} in {args.fork}; it holds {held}")
         return named[0]
     if len(traces) > 1:
         raise ValueError(f"lane: {args.fork} holds {len(traces)} lanes ({', '.join(t.name for t in traces)}); name "
@@ -208,7 +225,7 @@ def _fork_main(args) -> int:
     from dico.models import load_model
     from dico.settings import settings_for
     from dico.state import fork
-    from dico.trace import Trace, TraceError
+    from dico.trace import TraceError
     try:
         force, remask = _edits(args)
         parent = _parent(args)

@@ -265,7 +265,7 @@ def _bert(model, qids: torch.Tensor, ex: Exchange, attentions: bool = False):
         att = layer.attention.self
         h, d = att.num_attention_heads, att.attention_head_size
 
-        def heads(t):
+        def heads(t, h=h, d=d):
             return t.view(b, q, h, d).transpose(1, 2)                                   # b, h, q, d
 
         query = heads(att.query(x))

@@ -164,7 +164,7 @@ class DiCo:
         if self.divide_steps > 1:
             new_seed_outside = any(not any(c[0] <= sd <= c[1] for c in before) for sd in seeds)
             # grown by 10% or more; integer arithmetic, as 1.1 * 50 > 55 in floating point
-            grew = any(10 * (e - b + 1) >= GROWTH_TENTHS * max([oe - ob + 1 for ob, oe in before if b <= ob and oe <= e] or [0])
+            grew = any(10 * (e - b + 1) >= GROWTH_TENTHS * _widest_within(before, b, e)
                        for b, e in self.clusters)
             changed = new_seed_outside or len(self.clusters) != len(before) or grew
             self.quiet_steps = 0 if changed else self.quiet_steps + 1
@@ -203,10 +203,9 @@ class DiCo:
         passing = (s.masked.numpy() if cfg.grow_through_commits else masked) & (s.conf > cfg.tau2).numpy()
         updated: list[list[int]] = []
         for i, span in enumerate(self.clusters):
-            if i == 0:
-                lo = window_start
-            else:               # the code bounds by the previous cluster as it was; ours as it has grown this step
-                lo = (self.clusters[i - 1] if cfg.merge_after_conquer else updated[-1])[1] + 1
+            # the code bounds by the previous cluster as it was; ours as it has grown this step
+            lo = window_start if i == 0 else \
+                (self.clusters[i - 1] if cfg.merge_after_conquer else updated[-1])[1] + 1
             hi = self.clusters[i + 1][0] if i + 1 < len(self.clusters) else window_end
             if cfg.short_right_growth:      # the code's off-by-one: one short of the next cluster and the window end
                 hi -= 1
@@ -243,3 +242,8 @@ class DiCo:
             sure = sure | (s.margin > cfg.tau3)
         picked = torch.nonzero(cand & sure).flatten().tolist()
         return Choice(picked or top1(s.conf, cand), "finalize")
+
+
+def _widest_within(spans, start: int, end: int) -> int:
+    """The widest of ``spans`` (inclusive [b, e]) lying inside [start, end]; 0 if none."""
+    return max([e - b + 1 for b, e in spans if start <= b and e <= end] or [0])

@@ -22,15 +22,24 @@ from collections.abc import Generator
 import torch
 
 from dico.cache import Cache, cache_shift, forward_for, uncached_token_forwards
-from dico.length import AUTO, auto_length
-from dico.state import encode_fixed
-from dico.models import MaskPredictor
 from dico.lanes import default_label
+from dico.length import AUTO, auto_length
 from dico.methods import make_rule
+from dico.models import MaskPredictor
 from dico.rules import Choice, Scores, plan
 from dico.sampling import Sampler
-from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, MAX_PROMPT_CHARS, METHODS, MODES, NON_AR, \
-    PASS_LIMIT, SEMI_AR, Settings
+from dico.settings import (
+    DEFAULT_BLOCK_LENGTH,
+    DEFAULT_GEN_LENGTH,
+    MAX_PROMPT_CHARS,
+    METHODS,
+    MODES,
+    NON_AR,
+    PASS_LIMIT,
+    SEMI_AR,
+    Settings,
+)
+from dico.state import encode_fixed
 from dico.trace import STAGES, AttentionStages, Step, Trace
 
 CONFIDENCE_DIGITS = 5       # the trace rounds confidences to this many digits (its JSON stays small)
@@ -55,7 +64,8 @@ def check_inputs(prompt: str, method: str, mode: str, gen_length: int, block_len
         raise ValueError(f"gen_length: must be a whole number >= 1 or 'auto', got {gen_length!r}")
     if mode == SEMI_AR:
         if not isinstance(block_length, int) or isinstance(block_length, bool) or not 1 <= block_length <= gen_length:
-            raise ValueError(f"block_length: must be a whole number in 1..gen_length ({gen_length}), got {block_length!r}")
+            raise ValueError(f"block_length: must be a whole number in 1..gen_length ({gen_length}), "
+                             f"got {block_length!r}")
         if gen_length % block_length:
             raise ValueError(f"block_length: gen_length {gen_length} is not a multiple of block_length {block_length}")
 
@@ -133,7 +143,8 @@ class Decoding:
         if self.verifies and capture_attention:
             raise ValueError(f"capture_attention: {method}'s verifying pass returns no attention maps; turn it off")
         if self.verifies and self.rule.settings.cfg_scale:
-            raise ValueError(f"cfg_scale: {method}'s verifying pass has no classifier-free guidance; set cfg_scale to 0")
+            raise ValueError(f"cfg_scale: {method}'s verifying pass has no classifier-free guidance; "
+                             "set cfg_scale to 0")
         self.sampler = Sampler(self.rule.settings, rank=self.rule.rank)
         self.cache = _cache_for(predictor, self.rule.settings, len(prompt_ids), gen_length)
         self.stops = predictor.stop_ids()
@@ -244,7 +255,7 @@ class Decoding:
 
     def _verifying_forward(self) -> torch.Tensor:
         """WINO's pass: the sequence and, after it, a mirrored copy of the window (``dico.verify``): (l + w, v)."""
-        from dico.verify import verify_forward      # only the verifying rules need it
+        from dico.verify import verify_forward  # only the verifying rules need it
         start, end = self.window
         logits, mirror, _ = verify_forward(self.predictor, self.ids, (self.m + start, self.m + end))
         return torch.cat([logits[0], mirror[0]])
@@ -388,8 +399,9 @@ def decode(predictor: MaskPredictor, prompt: str, method: str = "dico", **option
 
     ``options`` are ``Decoding``'s (mode, gen_length (a number, or "auto": the model chooses it, ``dico.length``),
     block_length, settings, capture_attention, label, constraints ({response offset: word or token id}, fixed
-    before decoding: ``dico.state``)) plus any setting of the method as a keyword (``name=value``). The generator returns the finished trace; closing
-    it early finishes the partial trace with ``stopped=True`` (the caller still holds it).
+    before decoding: ``dico.state``)) plus any setting of the method as a keyword (``name=value``). The generator
+    returns the finished trace; closing it early finishes the partial trace with ``stopped=True`` (the caller still
+    holds it).
     """
     run = Decoding(predictor, prompt, method, **fold_settings(options))
     try:

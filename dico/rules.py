@@ -31,8 +31,8 @@ class Scores:
     masked: torch.Tensor    # (n,) bool, still masked before this step
     window: tuple[int, int]  # [start, end) response offsets the rule may commit
     rank: torch.Tensor | None = None   # (n,) float32, Dream's ranking when the rule asked for one (``Rule.rank``)
-    signals: dict = field(default_factory=dict)   # name -> (n,) float32, the signals the rule asked for (``Rule.signals``)
-    fixed: torch.Tensor | None = None  # (n,) bool, positions fixed by hand (constraints, forced tokens): never taken back
+    signals: dict = field(default_factory=dict)   # name -> (n,) float32, the signals asked for (``Rule.signals``)
+    fixed: torch.Tensor | None = None  # (n,) bool, fixed by hand (constraints, forced tokens): never taken back
 
     def __post_init__(self):
         if self.fixed is None:

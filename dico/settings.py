@@ -156,8 +156,8 @@ class SamplingSettings(Settings):
     cache_refresh: int = setting(0, "passes between full refreshes of the cache (1: every pass, exactly as no cache; "
                                  "0: only when a block starts)", range=(0, 100000), step=1)
     cache_prompt: bool = setting(True, "keep the prompt's keys and values between refreshes, as Fast-dLLM and "
-                                 "dKV-Cache do; off: every pass computes the prompt too, so it reads the answer written "
-                                 "so far (answers that copy choices from the prompt need that)")
+                                 "dKV-Cache do; off: every pass computes the prompt too, so it reads the answer "
+                                 "written so far (answers that copy choices from the prompt need that)")
 
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingSettings))
@@ -333,7 +333,8 @@ KLASSSettings.presets = {"gsm8k_script": {"confidence": 0.6, "kl": 0.015}}
 SETTINGS = {cls.method: cls for cls in (VanillaSettings, TopKSettings, FastSettings, FastFactorSettings, DiCoSettings,
                                         EBSettings, KLASSSettings, WINOSettings, SaberSettings)}
 METHODS = tuple(SETTINGS)
-METHOD_LABELS = {"vanilla": "Vanilla", "topk": "Top-k per step", "fast": "Fast-dLLM", "fast-factor": "Fast-dLLM (factor)",
+METHOD_LABELS = {"vanilla": "Vanilla", "topk": "Top-k per step", "fast": "Fast-dLLM",
+                 "fast-factor": "Fast-dLLM (factor)",
                  "dico": "DiCo", "eb": "EB-Sampler", "klass": "KLASS", "wino": "WINO", "saber": "Saber"}
 # The decoders that may take committed tokens back (a step's ``remasked``); a run of them ends at the pass limit.
 REVISING = ("wino", "saber")

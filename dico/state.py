@@ -92,7 +92,8 @@ def _pieces(predictor, value, field: str, pos: int) -> list[int]:
 # ------------------------------------------------------------------------------------------------------ forks
 
 def decode_fork(predictor, parent: Trace, at: int, *, force: dict | None = None, remask=None,
-                method: str | None = None, settings=None, label: str | None = None) -> Generator[tuple[Trace, Step], None, Trace]:
+                method: str | None = None, settings=None,
+                label: str | None = None) -> Generator[tuple[Trace, Step], None, Trace]:
     """Fork ``parent`` before its step ``at`` with edits, yielding ``(trace, step)`` for every step decoded from
     there on (the parent's steps before ``at`` are in the trace from the start). ``method``/``settings``: continue
     with another lane's rule (default: the parent's). The generator returns the fork's trace."""

@@ -247,11 +247,11 @@ class Trace:
         return json.dumps(self.to_dict(), indent=indent, separators=(",", ":") if indent is None else None)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Trace":
+    def from_dict(cls, data: dict) -> Trace:
         return _parse_trace(data)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "Trace":
+    def from_json(cls, text: str | bytes) -> Trace:
         if len(text) > MAX_JSON_BYTES:
             raise TraceError(f"trace: file is {len(text) / 1e6:.1f} MB, over the {MAX_JSON_BYTES // 2**20} MiB limit")
         try:
@@ -265,7 +265,7 @@ class Trace:
         Path(path).write_text(self.to_json())
 
     @classmethod
-    def load(cls, path) -> "Trace":
+    def load(cls, path) -> Trace:
         from pathlib import Path
         return cls.from_json(Path(path).read_bytes())
 
@@ -289,15 +289,18 @@ def _parse_step(raw, i: int, n: int) -> Step:
     where = f"steps[{i}]"
     _expect(isinstance(raw, dict), where, "must be an object")
     names = {f.name for f in fields(Step)}
-    missing = [k for k in ("index", "phase", "window", "committed", "tokens", "confidence", "prediction") if k not in raw]
+    required = ("index", "phase", "window", "committed", "tokens", "confidence", "prediction")
+    missing = [k for k in required if k not in raw]
     _expect(not missing, where, f"missing field(s) {', '.join(missing)}")
     _expect(raw["phase"] in PHASES, f"{where}.phase", f"must be one of {', '.join(PHASES)}")
     _expect(_is_int(raw["index"]), f"{where}.index", "must be an integer")
     _expect(isinstance(raw["window"], list) and len(raw["window"]) == 2 and all(_is_int(v) for v in raw["window"])
-            and 0 <= raw["window"][0] < raw["window"][1] <= n, f"{where}.window", "must be [start, end) inside the response")
+            and 0 <= raw["window"][0] < raw["window"][1] <= n, f"{where}.window",
+            "must be [start, end) inside the response")
     for key in ("committed", "tokens", "seeds", "shortcut", "remasked"):
         values = raw.get(key, [])
-        _expect(isinstance(values, list) and all(_is_int(v) for v in values), f"{where}.{key}", "must be a list of integers")
+        _expect(isinstance(values, list) and all(_is_int(v) for v in values), f"{where}.{key}",
+                "must be a list of integers")
     _expect(len(raw["committed"]) == len(raw["tokens"]), where, "committed and tokens must have the same length")
     _expect(set(raw.get("shortcut", [])) <= set(raw["committed"]), f"{where}.shortcut",
             "must list positions this step committed")

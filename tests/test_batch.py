@@ -4,9 +4,9 @@ whose batched kernels need not add up a row as the unbatched ones do."""
 import pytest
 
 import dico
-from dico.embedded import tasks
 from dico.batch import decode_batch, generate_batch
-from dico.settings import METHODS, MODES
+from dico.embedded import tasks
+from dico.settings import METHODS, MODES, REVISING
 from near_ties import ROUNDING, TOLERANCE, first_difference, steps_of
 from standins import TEST_DEVICE
 
@@ -56,10 +56,18 @@ def test_prompts_have_different_lengths(predictor, prompts):
 @pytest.mark.parametrize("method", METHODS)
 def test_every_row_of_a_batch_decodes_as_its_prompt_alone(predictor, prompts, method, mode, logit_noise):
     # batch_size 3 < 5 prompts: rows finish, leave, and waiting prompts join mid-run
+    if method in REVISING and logit_noise:
+        pytest.skip("the near-tie allowance reads commits that stand; a revising rule's rows are held to exact "
+                    "equality on this CPU (the exact pass)")
     batched = generate_batch(predictor, prompts, method, batch_size=3, mode=mode, gen_length=GEN, block_length=BLOCK)
     assert [t.prompt for t in batched] == prompts
     for prompt, trace in zip(prompts, batched):
-        assert_decodes_as(dico.generate(predictor, prompt, method, mode=mode, gen_length=GEN, block_length=BLOCK), trace)
+        alone = dico.generate(predictor, prompt, method, mode=mode, gen_length=GEN, block_length=BLOCK)
+        if method in REVISING:
+            assert [(s.committed, s.tokens, s.remasked) for s in trace.steps] == \
+                [(s.committed, s.tokens, s.remasked) for s in alone.steps] and trace.text == alone.text
+        else:
+            assert_decodes_as(alone, trace)
 
 
 @pytest.mark.parametrize("sampling", [{"temperature": 0.8, "random_seed": 3}, {"cfg_scale": 1.0}])

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from standins import tiny_model_folder
 
 from dico.__main__ import build_parser, given_settings, main
 from dico.settings import SETTINGS, specs
 from dico.trace import Trace
+from standins import tiny_model_folder
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dico
 from dico import Trace, decode, generate
@@ -210,7 +211,7 @@ def test_closing_the_generator_stops_with_a_partial_trace(method, data, after):
     steps = decode(predictor, PROMPT, req["method"], mode=req["mode"], gen_length=req["gen_length"],
                    block_length=req["block_length"], **req["settings"])
     partial = None
-    for k, (trace, step) in enumerate(steps):
+    for k, (trace, _step) in enumerate(steps):
         partial = trace
         if k + 1 == after:
             steps.close()
