@@ -144,5 +144,60 @@ def test_breaks_refuses_an_unknown_cache_or_method(capsys):
     assert main(["breaks", "--cache", "lru", "--no-progress"]) == 2
     assert "error: cache: must be one of none, prefix, dual, delayed, got 'lru'" in capsys.readouterr().err
     assert main(["breaks", "--methods", "fast,beam", "--no-progress"]) == 2
-    assert "error: methods: unknown method 'beam'; choose from vanilla, topk, fast, dico" in \
+    assert "error: methods: unknown method 'beam'; choose from vanilla, topk, fast, dico, eb, klass, wino, saber" in \
         capsys.readouterr().err
+
+
+def _revised_trace(predictor):
+    """A pick answer whose first step committed the same choice twice, the second taken back by step 1 and committed
+    as the other offered choice by step 2 (a revising rule's repair), and the item it answers."""
+    for item in (i for i in tasks.make_split("pick", "test", 40) if i.count == 2):
+        first, second = item.offered[:2]
+        right, wrong = (predictor.tokenizer(f"I pick {first} and {x}.", add_special_tokens=False)["input_ids"]
+                        for x in (second, first))
+        if len(right) == len(wrong) and tasks.check(item, f"I pick {first} and {second}."):
+            break
+    changed = [p for p in range(len(right)) if right[p] != wrong[p]]
+    slots = choice_positions("pick", *token_spans(predictor.tokenizer, wrong))
+    clashing = [p for _, positions in slots for p in positions]
+    rest = [p for p in range(len(right)) if p not in clashing]
+    trace = Trace(model="m", method="saber", mode="non-ar", settings={}, prompt=item.prompt, prompt_length=1,
+                  gen_length=len(right), block_length=None, text=predictor.decode(right), response=right,
+                  answer_length=len(right))
+
+    def step(index, committed, tokens, remasked=()):
+        return Step(index=index, phase="saber", window=[], committed=committed, tokens=tokens,
+                    confidence=[0.5] * len(right), prediction=[None] * len(right), remasked=list(remasked))
+
+    trace.steps = [step(0, clashing, [wrong[p] for p in clashing]), step(1, rest, [right[p] for p in rest], changed),
+                   step(2, changed, [right[p] for p in changed])]
+    return item, trace
+
+
+def test_a_clash_a_revising_rule_took_back_and_repaired_is_counted(predictor):
+    """Step 0 committed "x and x"; the second x went back to the mask and came back as the other choice: the answer
+    is right, and its step-0 clash counts as taken back and repaired."""
+    from dico.bench.breaks import revised_clashes, revision, together
+
+    item, trace = _revised_trace(predictor)
+    assert tasks.check(item, trace.text)
+    assert revised_clashes(predictor, item, trace) == [0]
+    found = read(predictor, item, trace)
+    assert found["right"] and found["revised"] == [0]
+    when = trace.commit_step()                      # a commit taken back stands at its last commit
+    assert all(when[p] == 2 for p in trace.steps[1].remasked)
+    assert together(trace, trace.steps[1].remasked) in (None, trace.steps[2])
+    row = revision([found], [trace])
+    assert row == {"remasks_mean": float(len(trace.steps[1].remasked)), "clash_taken_back": 1, "repaired": 1}
+    assert revision([found], [Trace(model="m", method="topk", mode="non-ar", settings={}, prompt="", prompt_length=1,
+                                    gen_length=1, block_length=None)]) == {}
+
+
+def test_the_table_shows_take_backs_only_when_a_lane_revised():
+    row = {"family": "pick", "mode": "non-ar", "label": "Fast-dLLM", "n": 4, "right": 4, "nfe_mean": 6.0, "repeat": 0,
+           "mixed": 0, "malformed": 0, "wrong_together": 0, "right_together": 1, "example": None}
+    saber = {**row, "label": "Saber", "remasks_mean": 2.5, "clash_taken_back": 3, "repaired": 2}
+    assert "taken back" not in breaks_markdown([row], "t")
+    table = breaks_markdown([row, saber], "t")
+    assert "| Fast-dLLM | 4/4 [51-100%] | 6.0 | 0 / 0 / 0 | 0 of 0 | 1 of 4 | - | - | — |" in table
+    assert "| Saber | 4/4 [51-100%] | 6.0 | 0 / 0 / 0 | 0 of 0 | 1 of 4 | 2.50 | 3 (2 right) | — |" in table

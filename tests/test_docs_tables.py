@@ -39,7 +39,8 @@ def test_every_markers_pair_is_closed():
 
 
 @pytest.mark.parametrize("md", sorted(p for p in (ROOT / "assets" / "bench").rglob("*.md")
-                                      if p.with_suffix(".json").exists() and "parts" not in p.parts),
+                                      if p.with_suffix(".json").exists() and "parts" not in p.parts
+                                      and docs.renders_here(p.with_suffix(".json"))),
                          ids=lambda p: p.name)
 def test_each_shipped_table_file_is_what_its_json_renders(md):
     record = json.loads(md.with_suffix(".json").read_text())
@@ -66,3 +67,17 @@ def test_python_m_dico_bench_docs_check_passes_on_the_repository():
     result = subprocess.run([sys.executable, "-m", "dico.bench", "docs", "--check"], cwd=ROOT, capture_output=True,
                             text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_another_tools_result_file_keeps_its_markdown_and_a_bench_file_without_a_renderer_is_an_error(tmp_path):
+    """The fidelity run (tests/fidelity_run.py) writes its own JSON and Markdown: docs leaves them; a file a bench
+    command wrote that no renderer knows stops docs with the file named."""
+    bench = tmp_path / "assets" / "bench"
+    bench.mkdir(parents=True)
+    (bench / "own.json").write_text(json.dumps({"command": "python tests/fidelity_run.py", "runs": []}))
+    (bench / "own.md").write_text("# by hand\n")
+    assert not docs.renders_here(bench / "own.json") and docs.table_files(tmp_path) == []
+    (bench / "odd.json").write_text(json.dumps({"command": "python -m dico.bench odd", "rows": [{"x": 1}]}))
+    (bench / "odd.md").write_text("odd\n")
+    with pytest.raises(ValueError, match="table: assets/bench/odd.json: no table renders this record"):
+        docs.table_files(tmp_path)

@@ -9,7 +9,7 @@ from dico.bench.core import wilson
 from dico.bench.docs import readme_section
 from dico.bench.frontier import TOPK, naive_topk, sweep
 from dico.bench.tables import FRONTIER_FIELDS, read_results
-from dico.settings import METHODS, settings_for
+from dico.settings import METHODS, REVISING, settings_for
 from tests.test_bench import bench
 
 
@@ -41,7 +41,7 @@ def test_a_tiny_real_sweep_writes_rows_json_and_markdown(tmp_path):
         assert (r["task"], r["n"], r["gen_length"]) == ("word", 2, 32)
         assert r["block_length"] == (32 if r["mode"] == "semi-ar" else None)
         assert (r["accuracy_low"], r["accuracy_high"]) == tuple(round(v, 4) for v in wilson(r["correct"], 2))
-        assert 1 <= r["answer_nfe_mean"] <= r["nfe_mean"] <= 32
+        assert 1 <= r["answer_nfe_mean"] <= r["nfe_mean"] <= 32 * (4 if r["method"] in REVISING else 1)
         if r["knob"] == "k":                           # naive top-k: exactly gen / k passes
             assert r["nfe_mean"] == 32 / r["value"] and r["speedup_nfe"] == r["value"]
     assert "| word | semi-ar | Top-k per step | k = 4 |" in md.read_text()
@@ -132,3 +132,26 @@ def test_the_figure_exports_as_html_and_as_a_png_without_kaleido(tmp_path):
         pytest.skip(f"{CHROMIUM} is missing")
     assert main([str(tmp_path / "rows.json"), str(tmp_path / "f.png")]) == 0
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_published_decoders_lines_turn_their_knobs_through_their_defaults(capsys):
+    """EB-Sampler's gamma, KLASS's confidence, WINO's threshold and Saber's n each make a line through the method's
+    default; ``--lines`` picks lines, one token a step (the reference) always first; an unknown line is refused."""
+    from dico.bench.cli import main
+    from dico.bench.frontier import LINES
+    from dico.settings import SETTINGS
+
+    assert set(LINES) == {"topk", "fast", "fast-factor", "dico", "eb", "klass", "wino", "saber"}
+    points = sweep(96, ("saber", "eb"))
+    assert (points[0].label, points[0].value) == ("Top-1 per step", 1)
+    assert [p.sweep for p in points[1:]] == ["EB-Sampler gamma"] * 5 + ["Saber n"] * 4
+    for method, knob in (("eb", "gamma"), ("klass", "confidence"), ("wino", "threshold"), ("saber", "n")):
+        line = [p for p in sweep(96, (method,)) if p.method == method]
+        default = getattr(SETTINGS[method](), knob)
+        assert default in [p.value for p in line] and all(p.settings == {knob: p.value} for p in line)
+        assert [p.value for p in line] == sorted(p.value for p in line)
+        for p in line:
+            SETTINGS[method].from_dict(p.settings)          # every point is a setting the method accepts
+    assert sweep(96, ("topk",)) == sweep(96)[:5]
+    assert main(["frontier", "--lines", "eb,beam", "--no-progress"]) == 2
+    assert "error: lines: unknown line 'beam'" in capsys.readouterr().err

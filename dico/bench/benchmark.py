@@ -28,7 +28,7 @@ from dico.bench.parts import Parts, run_parts, weights_id
 from dico.bench.runner import Report, Session, Subcommand, add_measure
 from dico.bench.tables import markdown
 from dico.embedded import tasks
-from dico.settings import SEMI_AR
+from dico.settings import METHODS, SEMI_AR
 
 TITLE = "Table 1 (small scale)"
 
@@ -102,11 +102,22 @@ def measure_table(plan: TablePlan, session: Session) -> Report:
         "jobs": plan.jobs, "machine": where, **how, "rows": without_outcomes(rows)})
 
 
+def table_configs(text: str | None) -> list:
+    """Table 1's configs for ``--methods`` (comma-separated method names; "dico" keeps both DiCo rows): every
+    config when it is not given. Vanilla, the reference, is decoded in every part whichever are chosen."""
+    if not text:
+        return list(TABLE)
+    chosen = options.choices("methods", text, METHODS, "method")
+    return [c for c in TABLE if c[1] in chosen]
+
+
 def plan(args) -> TablePlan:
     lengths = options.lengths(args.lengths) if args.lengths else (LENGTHS[:1] if args.quick else LENGTHS)
     scope = options.families(args.families), options.modes(args.modes)
-    title = f"{TITLE}: gen / block " + ", ".join(f"{g} / {b}" for g, b in lengths)
-    return table_plan(args, title, TABLE, *scope, lengths)
+    configs = table_configs(args.methods)
+    chosen = f" {', '.join(dict.fromkeys(c[0] for c in configs))};" if args.methods else ""
+    title = f"{TITLE}:{chosen} gen / block " + ", ".join(f"{g} / {b}" for g, b in lengths)
+    return table_plan(args, title, configs, *scope, lengths)
 
 
 def add_table_options(parser, parts: str = "a family, length and mode") -> None:
@@ -123,3 +134,5 @@ def register(subparsers) -> None:
                          Subcommand(plan, measure_table, loads_model=lambda p: not p.parallel), __doc__)
     add_table_options(parser)
     options.add_scope(parser)
+    parser.add_argument("--methods", default=None, help="comma-separated methods whose rows to decode (default all: "
+                        f"{', '.join(METHODS)}; dico keeps both DiCo rows); Vanilla, the reference, is always decoded")

@@ -32,7 +32,8 @@ from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, SEMI_AR, Sam
 
 CHOICE_FAMILIES = ("pick", "team")
 LANES = [("Vanilla", "vanilla", {}), ("Top-2 per step", "topk", {"k": 2}), ("Top-4 per step", "topk", {"k": 4}),
-         ("Fast-dLLM", "fast", {}), ("DiCo", "dico", {})]
+         ("Fast-dLLM", "fast", {}), ("DiCo", "dico", {}), ("EB-Sampler", "eb", {}), ("KLASS", "klass", {}),
+         ("WINO", "wino", {}), ("Saber", "saber", {})]
 DEFAULT_ITEMS = 40
 KINDS = BREAK_KINDS
 
@@ -75,10 +76,42 @@ def clash(item, slots) -> tuple[str, list[int]]:
     return "malformed", [p for _, positions in slots for p in positions]        # a wrong count or sentence
 
 
-def together(trace, positions: list[int]):
-    """The first step that committed two or more of ``positions``, or None."""
+def together(trace, positions: list[int], when=None):
+    """The first step whose commits of two or more of ``positions`` stand in the final response (``when``: each
+    position's standing commit step, ``trace.commit_step()`` by default; a commit later taken back does not count),
+    or None."""
+    when = trace.commit_step() if when is None else when
     wanted = set(positions)
-    return next((step for step in trace.steps if len(wanted.intersection(step.committed)) >= 2), None)
+    return next((step for step in trace.steps if sum(when[p] == step.index for p in wanted) >= 2), None)
+
+
+def taken_back(trace, step, when=None) -> set[int]:
+    """The positions ``step`` committed whose commit was taken back later (or by the step itself)."""
+    when = trace.commit_step() if when is None else when
+    return {p for p in step.committed if when[p] != step.index}
+
+
+def revised_clashes(predictor, item, trace) -> list[int]:
+    """The steps that committed clashing tokens together of which a revising rule took one or more back: for each
+    step with taken-back commits, the final response with those commits put back is read as an answer; the step
+    counts when that answer is wrong and two or more of its clashing tokens are that step's commits."""
+    when, found = trace.commit_step(), []
+    for step in trace.steps:
+        back = taken_back(trace, step, when)
+        if not back:
+            continue
+        ids, had = list(trace.response), list(when)
+        for p, t in zip(step.committed, step.tokens):
+            if p in back:
+                ids[p], had[p] = t, step.index
+        answer = ids[:predictor.answer_length(ids)]
+        text, spans = token_spans(predictor.tokenizer, answer)
+        if tasks.check(item, predictor.decode(ids)):
+            continue
+        _, positions = clash(item, choice_positions(item.family, text, spans))
+        if back.intersection(positions) and sum(had[p] == step.index for p in set(positions)) >= 2:
+            found.append(step.index)
+    return found
 
 
 def read(predictor, item, trace) -> dict:
@@ -86,18 +119,29 @@ def read(predictor, item, trace) -> dict:
     ids = trace.response[:trace.answer_length]
     text, spans = token_spans(predictor.tokenizer, ids)
     slots = choice_positions(item.family, text, spans)
+    revised = {"revised": revised_clashes(predictor, item, trace)} if trace.remasks() else {}
     if tasks.check(item, trace.text):
         chosen_positions = [p for _, positions in slots or [] for p in positions]
-        return {"right": True, "together": together(trace, chosen_positions) is not None}
+        return {"right": True, "together": together(trace, chosen_positions) is not None, **revised}
     kind, positions = clash(item, slots)
     step = together(trace, positions) if positions else None
-    found = {"right": False, "kind": kind, "together": step is not None, "text": trace.text.strip()}
+    found = {"right": False, "kind": kind, "together": step is not None, "text": trace.text.strip(), **revised}
     if step is not None:
         both = sorted(set(positions).intersection(step.committed))
         found["step"] = {"index": step.index, "phase": step.phase,
                          "tokens": [trace.token_text(trace.response[p]) for p in both],
                          "confidence": [round(step.confidence[p], 3) for p in both]}
     return found
+
+
+def revision(found: list[dict], traces) -> dict:
+    """A revising lane's take-backs (none for a lane that never took a token back): the answers in which a step's
+    clashing commits were taken back, how many of them ended right (repaired) and the tokens taken back a run."""
+    if not any(trace.remasks() for trace in traces):
+        return {}
+    revised = [f for f in found if f.get("revised")]
+    return {"remasks_mean": round(sum(trace.remasks() for trace in traces) / len(traces), 2),
+            "clash_taken_back": len(revised), "repaired": sum(f["right"] for f in revised)}
 
 
 def cached_lanes(lanes, cache: str | None) -> list[tuple[str, str, dict]]:
@@ -156,7 +200,7 @@ def breaks(predictor, families, modes, n_items: int, lanes=LANES, gen_length: in
                              **{kind: sum(f["kind"] == kind for f in wrong) for kind in KINDS},
                              "wrong_together": sum(f["together"] for f in wrong),
                              "right_together": sum(f["together"] for f in found if f["right"]),
-                             "example": example, **extra})
+                             "example": example, **revision(found, traces), **extra})
     bar.close()
     return rows
 

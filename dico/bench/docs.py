@@ -7,7 +7,8 @@ what ``tables.render`` gives for the JSON the first marker names, the table the 
     ...
     <!-- /table -->
 
-The command rewrites every such block, every ``assets/bench/**/NAME.md`` beside a ``NAME.json`` that renders, and
+The command rewrites every such block, every ``assets/bench/**/NAME.md`` beside a ``NAME.json`` that renders (a
+combined Table 1, ``python -m dico.bench combine``, made again from its sources first), and
 README's older benchmark block (between ``<!-- bench:start -->`` and ``<!-- bench:end -->``) where there is one.
 ``--check`` writes nothing: it lists what is stale and exits 1 (0 when all is current).
 """
@@ -19,7 +20,7 @@ import re
 from pathlib import Path
 
 from dico.bench.runner import fail
-from dico.bench.tables import ROW_FIELDS, THROUGHPUT_FIELDS, read_results, render
+from dico.bench.tables import ROW_FIELDS, THROUGHPUT_FIELDS, kind, read_results, render
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = re.compile(r"^<!-- table: (?P<path>\S+) -->\n(?P<body>.*?)^<!-- /table -->$", re.M | re.S)
@@ -92,19 +93,53 @@ def splice_readme(readme: str, section: str) -> str:
     return f"{head}{start}\n{section}\n{end}{rest.split(end, 1)[1]}"
 
 
-def table_files(root: Path = ROOT) -> list[tuple[Path, str]]:
-    """Every ``NAME.md`` beside a ``NAME.json`` under assets/bench, with what the JSON renders."""
+def table_files(root: Path = ROOT, combined: dict | None = None) -> list[tuple[Path, str]]:
+    """Every ``NAME.md`` beside a ``NAME.json`` under assets/bench, with what the JSON renders (a combined file's
+    JSON as ``combined`` remakes it)."""
     found = []
     for md in sorted((root / "assets" / "bench").rglob("*.md")):
         json_path = md.with_suffix(".json")
-        if json_path.exists() and "parts" not in md.relative_to(root / "assets" / "bench").parts:
+        if json_path in (combined or {}):
+            found.append((md, render(json.loads(combined[json_path])) + "\n"))
+        elif json_path.exists() and "parts" not in md.relative_to(root / "assets" / "bench").parts \
+                and renders_here(json_path):
             found.append((md, rendered(str(json_path.relative_to(root)), root) + "\n"))
     return found
 
 
+def renders_here(path: Path) -> bool:
+    """Whether a result file's Markdown is this command's to write: every file a renderer knows, and every file a
+    ``python -m dico.bench`` command wrote (one no renderer knows is then an error); another tool's file (the
+    fidelity run's, ``tests/fidelity_run.py``) keeps the Markdown that tool wrote."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        kind(record)
+        return True
+    except ValueError:
+        command = record.get("command", "") if isinstance(record, dict) else ""
+        return not command or command.startswith("python -m dico.bench")
+
+
+def combined_files(root: Path = ROOT) -> dict[Path, str]:
+    """Every combined Table 1 file (``python -m dico.bench combine``) made again from its sources."""
+    from dico.bench.combine import recombined
+
+    files = {}
+    for path in sorted((root / "assets" / "bench").glob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(record, dict) and "sources" in record:
+            try:
+                files[path] = json.dumps(recombined(record, root), indent=1) + "\n"
+            except ValueError as exc:
+                raise ValueError(f"table: {path.relative_to(root)}: {exc}") from None
+    return files
+
+
 def regenerated(root: Path = ROOT) -> dict[Path, str]:
-    """Every file this command writes, with its content as the committed JSON gives it."""
-    files = dict(table_files(root))
+    """Every file this command writes, with its content as the committed JSON gives it (a combined file's JSON
+    first, from its sources)."""
+    combined = combined_files(root)
+    files = {**combined, **dict(table_files(root, combined))}
     for page in pages(root):
         text = fill_tables(page.read_text(encoding="utf-8"), root)
         if page.name == "README.md":

@@ -7,7 +7,12 @@ family and mode, and accuracy (95% interval) read against forward passes.
 
 Naive top-k (k tokens a step by confidence: the paper's Figure 1, Observation I) beside Fast-dLLM's threshold and
 factor and DiCo's cluster bar (``dico.settings.DICO_KNOB``): the paper's Figure 1 and Fast-dLLM's
-threshold sweep in one picture. One token a step is the reference: speed-ups are against it, on the same items in
+threshold sweep in one picture; and the published decoders' knobs (EB-Sampler's gamma, KLASS's confidence, WINO's
+threshold, Saber's n). ``--lines`` picks lines by method:
+
+    python -m dico.bench frontier --lines eb,klass,wino,saber --items 24 --families pick,team
+
+One token a step is the reference: speed-ups are against it, on the same items in
 the same run.
 """
 from __future__ import annotations
@@ -26,6 +31,11 @@ from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, DICO_KNOB, S
 TOPK = (1, 2, 4, 8, 16)
 THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
 FACTORS = (0.5, 1.0, 2.0, 4.0)
+# the published decoders' knobs (issue 46), each through its default (EB 0.1, KLASS 0.9, WINO 0.6, Saber 2)
+EB_GAMMAS = (0.01, 0.1, 0.5, 1.0, 2.0)
+KLASS_CONFIDENCES = (0.5, 0.7, 0.9, 0.95, 0.99)
+WINO_THRESHOLDS = (0.3, 0.5, 0.6, 0.8, 0.9)
+SABER_NS = (1, 2, 4, 8)
 
 
 def naive_topk(k: int, gen_length: int) -> tuple[str, dict]:
@@ -46,25 +56,43 @@ class Point:
     settings: dict
 
 
-def sweep(gen_length: int = DEFAULT_GEN_LENGTH) -> list[Point]:
-    """Every point, each line in its knob's order; the first (one token a step) is the reference."""
+def _line(sweep_name: str, method: str, knob: str, values, label: str) -> list[Point]:
+    return [Point(sweep_name, knob, v, label.format(v=v), method, {knob: v}) for v in values]
+
+
+def lines(gen_length: int = DEFAULT_GEN_LENGTH) -> dict[str, list[Point]]:
+    """Each line's points in its knob's order, by the method that decodes it."""
     knob, values = DICO_KNOB
-    return ([Point("Top-k per step", "k", k, f"Top-{k} per step", *naive_topk(k, gen_length)) for k in TOPK]
-            + [Point("Fast-dLLM threshold", "threshold", t, f"Fast-dLLM {t:g}", "fast", {"threshold": t})
-               for t in THRESHOLDS]
-            + [Point("Fast-dLLM factor", "factor", f, f"Fast-dLLM factor {f:g}", "fast-factor", {"factor": f})
-               for f in FACTORS]
-            + [Point("DiCo", knob, v, f"DiCo {knob} {v:g}", "dico", {knob: v}) for v in values])
+    return {"topk": [Point("Top-k per step", "k", k, f"Top-{k} per step", *naive_topk(k, gen_length)) for k in TOPK],
+            "fast": _line("Fast-dLLM threshold", "fast", "threshold", THRESHOLDS, "Fast-dLLM {v:g}"),
+            "fast-factor": _line("Fast-dLLM factor", "fast-factor", "factor", FACTORS, "Fast-dLLM factor {v:g}"),
+            "dico": _line("DiCo", "dico", knob, values, "DiCo " + knob + " {v:g}"),
+            "eb": _line("EB-Sampler gamma", "eb", "gamma", EB_GAMMAS, "EB-Sampler gamma {v:g}"),
+            "klass": _line("KLASS confidence", "klass", "confidence", KLASS_CONFIDENCES, "KLASS confidence {v:g}"),
+            "wino": _line("WINO threshold", "wino", "threshold", WINO_THRESHOLDS, "WINO threshold {v:g}"),
+            "saber": _line("Saber n", "saber", "n", SABER_NS, "Saber n {v:g}")}
+
+
+LINES = tuple(lines())
+
+
+def sweep(gen_length: int = DEFAULT_GEN_LENGTH, chosen=LINES) -> list[Point]:
+    """The points of the ``chosen`` lines, each line in its knob's order; the first is always one token a step, the
+    reference (naive top-k's first point)."""
+    every = lines(gen_length)
+    points = [point for name in LINES if name in chosen for point in every[name]]
+    reference = every["topk"][0]
+    return points if points[:1] == [reference] else [reference] + points
 
 
 def frontier(predictor, families, modes, n_items: int, gen_length: int = DEFAULT_GEN_LENGTH, batch_size: int = 8,
-             progress: bool = True) -> list[dict]:
+             progress: bool = True, chosen=LINES) -> list[dict]:
     """Decode each family's first ``n_items`` held-out items at every point in every mode (each cell one batched
     run); one row per cell: Table 1's fields plus ``sweep``, ``knob`` and ``value``."""
     from tqdm import tqdm
 
     items = {family: tasks.make_split(family, "test", n_items) for family in families}
-    points = sweep(gen_length)
+    points = sweep(gen_length, chosen)
     cells = [(point, Cell(point.label, point.method, point.settings, mode, family, gen_length,
                           DEFAULT_BLOCK_LENGTH if mode == SEMI_AR else None))
              for family in families for mode in modes for point in points]
@@ -77,10 +105,11 @@ def frontier(predictor, families, modes, n_items: int, gen_length: int = DEFAULT
              "value": point.value} for point, cell in cells]
 
 
-def frontier_cell(predictor, family: str, mode: str, n_items: int, gen_length: int, batch_size: int) -> list[dict]:
+def frontier_cell(predictor, family: str, mode: str, n_items: int, gen_length: int, batch_size: int,
+                  chosen=LINES) -> list[dict]:
     """One (family, mode) cell's rows, its reference (one token a step) among them: what ``--jobs`` gives each
     process."""
-    return frontier(predictor, (family,), (mode,), n_items, gen_length, batch_size, progress=False)
+    return frontier(predictor, (family,), (mode,), n_items, gen_length, batch_size, progress=False, chosen=chosen)
 
 
 def _gen(gen_length: int, modes) -> int:
@@ -101,6 +130,7 @@ class Plan:
     gen_length: int
     batch_size: int
     jobs: int
+    lines: tuple = LINES
 
     @property
     def title(self) -> str:
@@ -113,22 +143,23 @@ def plan(args) -> Plan:
     families, modes = options.families(args.families), options.modes(args.modes)
     gen_length = _gen(DEFAULT_GEN_LENGTH if args.gen is None else args.gen, modes)
     options.at_least_one(jobs=args.jobs, batch_size=args.batch_size)
-    return Plan(families, modes, n_items, gen_length, args.batch_size, args.jobs)
+    chosen = options.choices("lines", args.lines, LINES, "line", default=LINES)
+    return Plan(families, modes, n_items, gen_length, args.batch_size, args.jobs, chosen)
 
 
 def measure(plan: Plan, session: Session) -> Report:
     """Every point on the chosen families and modes, in this process or a (family, mode) cell per process."""
     where, about = session.where(plan.jobs), session.about()
     print(f"{plan.title}: model {about['model']}, {plan.n_items} held-out items per family, "
-          f"{len(sweep(plan.gen_length))} points, batch size {plan.batch_size}, on {where}", flush=True)
+          f"{len(sweep(plan.gen_length, plan.lines))} points, batch size {plan.batch_size}, on {where}", flush=True)
     if plan.jobs > 1:
         rows = in_processes(functools.partial(frontier_cell, n_items=plan.n_items, gen_length=plan.gen_length,
-                                              batch_size=plan.batch_size), session.model,
+                                              batch_size=plan.batch_size, chosen=plan.lines), session.model,
                             [(family, mode) for family in plan.families for mode in plan.modes], plan.jobs,
                             progress=session.progress, desc="frontier cells")
     else:
         rows = frontier(session.predictor, plan.families, plan.modes, plan.n_items, plan.gen_length, plan.batch_size,
-                        progress=session.progress)
+                        progress=session.progress, chosen=plan.lines)
     return Report(frontier_markdown(rows, plan.title), {
         "title": plan.title, **about, "gen_length": plan.gen_length, "block_length": DEFAULT_BLOCK_LENGTH,
         "batch_size": plan.batch_size, "machine": where, "rows": rows})
@@ -142,3 +173,5 @@ def register(subparsers) -> None:
                         f"semi-AR in blocks of {DEFAULT_BLOCK_LENGTH})")
     options.add_batching(parser, jobs="processes decoding (family, mode) cells side by side, one torch thread each")
     options.add_scope(parser)
+    parser.add_argument("--lines", default=None, help=f"comma-separated lines, by method (default all: "
+                        f"{', '.join(LINES)}); one token a step, the reference, is always decoded")

@@ -141,21 +141,38 @@ def _broken_by_cache(r: dict) -> str:
 
 
 def breaks_markdown(rows: list[dict], title: str) -> str:
-    """``python -m dico.bench breaks``: a row per family, mode and lane; with a cache lane, what the cache broke."""
+    """``python -m dico.bench breaks``: a row per family, mode and lane; with a cache lane, what the cache broke; with
+    a revising lane (WINO, Saber), the clashing commits it took back and the answers that then ended right."""
     cached = any("broken_by_cache" in r for r in rows)
+    revising = any("clash_taken_back" in r for r in rows)
     lines = [f"**{title}**", "", "| family | mode | lane | right [95%] | passes | wrong: repeat / mixed / malformed | "
              "wrong, clashing tokens committed by one step | right, 2+ choice tokens committed by one step | "
              + ("the cache broke: repeat / mixed / malformed (by one step) | mended | " if cached else "")
-             + "a break |", "|---|---|---|---|---|---|---|---|" + ("---|---|" if cached else "") + "---|"]
+             + ("taken back a run | clashing commits taken back: answers (right after) | " if revising else "")
+             + "a break |", "|---|---|---|---|---|---|---|---|" + ("---|---|" if cached else "")
+             + ("---|---|" if revising else "") + "---|"]
     for r in rows:
         wrong = r["n"] - r["right"]
         by_cache = _broken_by_cache(r) if cached else ""
+        revised = _revised(r) if revising else ""
         low, high = wilson(r["right"], r["n"])
         lines.append(f"| {r['family']} | {r['mode']} | {r['label']} | {r['right']}/{r['n']} [{100 * low:.0f}-"
                      f"{100 * high:.0f}%] | {r['nfe_mean']:.1f} | {r['repeat']} / "
                      f"{r['mixed']} / {r['malformed']} | {r['wrong_together']} of {wrong} | {r['right_together']} of "
-                     f"{r['right']} | {by_cache}{_said(r['example'])} |")
+                     f"{r['right']} | {by_cache}{revised}{_said(r['example'])} |")
+    if revising:
+        lines += ["", "Clashing commits taken back: answers in which a step committed clashing tokens together (the "
+                      "final answer with that step's taken-back commits put back reads wrong, its clash from that "
+                      "step) and the rule took one or more of them back; in brackets, how many of those answers ended "
+                      "right. A commit counts where it stands: a token taken back and committed again counts at its "
+                      "last commit."]
     return "\n".join(lines)
+
+
+def _revised(row: dict) -> str:
+    if "clash_taken_back" not in row:
+        return "- | - | "
+    return f"{row['remasks_mean']:.2f} | {row['clash_taken_back']} ({row['repaired']} right) | "
 
 
 def _num(value, spec: str = ".1f", unit: str = "") -> str:
@@ -214,6 +231,40 @@ def gpu_cache_speed_markdown(rows: list[dict], title: str) -> str:
     return "\n".join(lines)
 
 
+def takeback_markdown(rows: list[dict], title: str) -> str:
+    """``python -m dico.bench takeback``: a row per lane and family: its misses and how many one take-back mended."""
+    lines = [f"**{title}**", "", "| lane | mode | family | wrong of n | clash committed by one step | forks (right) | "
+             "mended by any one take-back [95%] | mended by taking back the first [95%] |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        m = r["clash_one_step"]
+        lines.append(f"| {r['label']} | {r['mode']} | {r['family']} | {r['wrong']} of {r['n']} | {m} | "
+                     f"{r['forks']} ({r['forks_right']}) | {_rate(r['any_right'], m, r['any_low'], r['any_high'])} | "
+                     f"{_rate(r['first_right'], m, r['first_low'], r['first_high'])} |")
+    lines += ["", "Each miss whose clashing tokens one step k committed is forked after step k (dico.fork at k + 1) "
+                  "with one of those tokens taken back, once per clashing position; the fork decodes on with the same "
+                  "method and settings. 'any': one of its forks answers right; 'first': the fork taking back the "
+                  "first clashing position (in response order) does. Intervals: 95% Wilson, over the misses forked."]
+    return "\n".join(lines)
+
+
+def _rate(right: int, n: int, low: float, high: float) -> str:
+    if not n:
+        return "-"
+    return f"{right}/{n} = {100 * right / n:.0f}% [{100 * low:.0f}-{100 * high:.0f}]"
+
+
+def combined_markdown(record: dict) -> str:
+    """``python -m dico.bench combine``: Table 1's rows from several runs side by side, each run's n and command
+    said under the table (decodes are deterministic: a row is what it would be in one run of every method)."""
+    table = markdown(record["rows"], record.get("title", "")).split("\n")
+    runs = "; ".join(f"{s['rows']} rows from `{s['path']}` (n = {s['n']} items per task, `{s['command']}`)"
+                     for s in record["sources"])
+    return "\n".join(table[:-1] + [f"{runs}. 95% Wilson interval in brackets; speed-ups (x) against Vanilla in the "
+                                    "row's own run; answer NFE = forward passes until the last answer token was "
+                                    "committed. " + record.get("note", "")]).rstrip()
+
+
 def _has(*fields):
     return lambda rows: bool(rows) and all(k in rows[0] for k in fields)
 
@@ -222,6 +273,7 @@ def _has(*fields):
 KINDS = (
     ("frontier", _has("sweep", "knob", "value"), frontier_markdown),
     ("breaks", _has("right_together", "wrong_together"), breaks_markdown),
+    ("takeback", _has("clash_one_step", "any_right", "first_right"), takeback_markdown),
     ("throughput", _has("speedup_batch"), lambda rows, title: throughput_markdown(rows)),
     ("speed", _has("select_ms", "forward_ms"), speed_markdown),
     ("gpu cache speed", _has("batch", "cache", "speedup", "token_forwards"), gpu_cache_speed_markdown),
@@ -246,5 +298,7 @@ def render(record: dict) -> str:
     name = kind(record)
     if name == "cache":
         return cache_tables(record)
+    if name == "table" and "sources" in record:
+        return combined_markdown(record)
     renderer = next(r for n, _, r in KINDS if n == name)
     return renderer(record["rows"], record.get("title", ""))

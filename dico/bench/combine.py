@@ -1,0 +1,96 @@
+"""Table 1 from several runs, ``python -m dico.bench combine``: the rows of Table 1 result files side by side in one
+table, the first file's rows first, later files adding only the rows (label, mode, task, length) not already there.
+
+    python -m dico.bench combine assets/bench/table1.json assets/bench/table1_new.json \\
+        --json assets/bench/table1_all.json --markdown assets/bench/table1_all.md
+
+Decodes are deterministic, so a row is what it would be in one run of every method; the runs must share the model's
+weights (training step), the lengths and the batch size. Each row keeps its own run's speed-ups (against Vanilla
+decoded in that run) and its run's n is said under the table. ``python -m dico.bench docs`` combines the sources
+again, so the combined file follows them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dico.bench.runner import fail
+from dico.bench.tables import ROW_FIELDS, render
+
+SAME = ("model", "model_step", "lengths", "batch_size")
+
+
+def combine(records: list[tuple[str, dict]], title: str | None = None, note: str = "") -> dict:
+    """The combined record of ``records`` ((path, record) pairs); ValueError naming the file and field that differ."""
+    if not records:
+        raise ValueError("sources: name at least one Table 1 result file")
+    first = records[0][1]
+    rows, seen, sources = [], set(), []
+    for path, record in records:
+        table = record.get("rows")
+        if not isinstance(table, list) or not table or any(k not in table[0] for k in ROW_FIELDS):
+            raise ValueError(f"sources: {path} holds no Table 1 rows")
+        for field in SAME:
+            if record.get(field) != first.get(field):
+                raise ValueError(f"sources: {path}'s {field} is {record.get(field)!r}, not {first.get(field)!r} as in "
+                                 f"{records[0][0]}: rows of different runs of one model and shape only")
+        new = [r for r in table if _key(r) not in seen]
+        seen.update(_key(r) for r in new)
+        rows += new
+        sources.append({"path": path, "rows": len(new), "n": max(r["n"] for r in table),
+                        "command": record.get("command", "")})
+    return {"title": title or first.get("title", ""), **{k: first.get(k) for k in SAME}, "sources": sources,
+            "note": note, "rows": rows}
+
+
+def _key(row: dict) -> tuple:
+    return row["label"], row["mode"], row["task"], row.get("gen_length")
+
+
+def read_sources(paths, root: Path) -> list[tuple[str, dict]]:
+    records = []
+    for path in paths:
+        try:
+            records.append((path, json.loads((root / path).read_text(encoding="utf-8"))))
+        except OSError:
+            raise ValueError(f"sources: {path}: no such file") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"sources: {path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    return records
+
+
+def recombined(record: dict, root: Path) -> dict:
+    """A combined record made again from its sources as they are now (its command kept)."""
+    again = combine(read_sources([s["path"] for s in record["sources"]], root), record.get("title"),
+                    record.get("note", ""))
+    return {**again, "command": record.get("command", "")}
+
+
+def run(args, argv=None) -> int:
+    root = Path.cwd()
+    try:
+        record = combine(read_sources(args.sources, root), args.title, args.note or "")
+    except ValueError as exc:
+        return fail(exc)
+    command = "python -m dico.bench " + " ".join(argv if argv is not None else ["combine", *args.sources])
+    record["command"] = command.strip()
+    table = render(record)
+    print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    if args.markdown:
+        Path(args.markdown).write_text(table + "\n", encoding="utf-8")
+    return 0
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("combine", help="Table 1's rows from several result files in one table",
+                                   description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sources", nargs="+", help="Table 1 result files (JSON), relative to the working directory")
+    parser.add_argument("--title", default=None, help="the table's title (default: the first file's)")
+    parser.add_argument("--note", default=None, help="a sentence under the table")
+    parser.add_argument("--json", metavar="PATH", help="write the combined record")
+    parser.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    parser.set_defaults(run=run)
