@@ -48,6 +48,7 @@ def test_a_fork_with_no_edit_continues_exactly_as_its_parent(tiny, method, setti
         assert child.fork == {"parent": parent.name, "at": at, "method": method, "force": {}, "remask": []}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cache", CACHES[1:])
 @pytest.mark.parametrize("method, settings", [EVERY[0], EVERY[4], EVERY[8]], ids=["vanilla", "dico", "saber"])
 @pytest.mark.parametrize("mode", ["non-ar", "semi-ar"])

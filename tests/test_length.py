@@ -17,7 +17,9 @@ def test_the_tail_reading_sums_end_of_text_confidence_over_predicted_ends_from_t
     assert end_confidence(p, ends) == pytest.approx((0.9 + 0.8 + 0.6) / AUTO_WINDOW)
 
 
-@pytest.mark.parametrize("method", ["vanilla", "fast", "dico", "saber"])
+@pytest.mark.parametrize("method", ["fast", pytest.param("vanilla", marks=pytest.mark.slow),
+                                    pytest.param("dico", marks=pytest.mark.slow),
+                                    pytest.param("saber", marks=pytest.mark.slow)])
 def test_auto_grows_until_the_tail_reads_as_ended_then_adds_half_a_window(predictor, method):
     trace = generate(predictor, WORD, method, gen_length="auto")
     search = trace.length_search

@@ -75,8 +75,11 @@ def test_a_take_back_of_a_masked_position_is_refused():
         run.step(logits)
 
 
-@pytest.mark.parametrize("method", ["saber", "wino"])
-@pytest.mark.parametrize("mode", ["non-ar", "semi-ar"])
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("method, mode", [("saber", "non-ar"), ("wino", "semi-ar"), pytest.param("saber", "semi-ar",
+                                          marks=SLOW), pytest.param("wino", "non-ar", marks=SLOW)])
 def test_revising_rules_record_their_take_backs_and_end_with_every_position_decoded(predictor, method, mode):
     trace = generate(predictor, TEAM, method, mode=mode, gen_length=32, block_length=16)
     tokens: dict[int, int] = {}
@@ -98,6 +101,7 @@ def test_wino_counts_its_mirrored_window_in_the_work_of_every_pass(predictor):
     assert all(s.token_forwards == trace.prompt_length + 32 + 16 for s in trace.steps)
 
 
+@SLOW
 @pytest.mark.parametrize("method", ["eb", "klass", "wino", "saber"])
 def test_a_batch_decodes_each_row_as_alone(predictor, method):
     prompts = [PICK, TEAM, "Tom has 5 apples. He buys 3 more apples. How many apples does Tom have now?"]
@@ -109,6 +113,7 @@ def test_a_batch_decodes_each_row_as_alone(predictor, method):
         assert got.text == alone.text
 
 
+@SLOW
 @pytest.mark.parametrize("cache", ["prefix", "dual", "delayed"])
 def test_with_a_refresh_every_pass_a_revising_rule_decodes_exactly_as_without_a_cache(predictor, cache):
     plain = generate(predictor, TEAM, "saber", mode="semi-ar", gen_length=32, block_length=16)
