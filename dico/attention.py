@@ -49,7 +49,7 @@ class AttentionHooks:
         self.layers_seen = 0
 
     @classmethod
-    def find(cls, model: nn.Module, layers=None) -> "AttentionHooks | None":
+    def find(cls, model: nn.Module, layers=None) -> AttentionHooks | None:
         """Hooks for ``model``, or None when it has no query/key projections or its config lacks the head count."""
         sites, seen = [], set()
         for _, module in model.named_modules():

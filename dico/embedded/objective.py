@@ -35,10 +35,7 @@ def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: f
     prompts = [tokenizer(item.prompt)["input_ids"][:MAX_PROMPT_TOKENS] for item in items]
     answers = [tokenizer(item.answer, add_special_tokens=False)["input_ids"] for item in items]
     longest = max(len(a) for a in answers) + 1
-    if rng.random() >= long_share:
-        gen = longest + rng.randint(0, 16)
-    else:
-        gen = rng.randint(longest, max(longest, max_gen))
+    gen = longest + rng.randint(0, 16) if rng.random() >= long_share else rng.randint(longest, max(longest, max_gen))
     width = max(len(p) for p in prompts) + gen
     ids = torch.full((len(items), width), tokenizer.pad_token_id, dtype=torch.long)
     response = torch.zeros_like(ids, dtype=torch.bool)

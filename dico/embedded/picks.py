@@ -47,7 +47,7 @@ def pieces(word: str) -> int:
     return len(_tokenizer().encode(" " + word, add_special_tokens=False).ids)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def by_pieces(words: tuple[str, ...]) -> dict[int, list[str]]:
     """``words`` grouped by their piece count (a prompt's items all share one, so its answer has one length)."""
     groups: dict[int, list[str]] = {}

@@ -77,7 +77,8 @@ def outside(prompt: str, trained=FAMILIES) -> list[str]:
         items = [int(n) for n in re.findall(r"\d+", span.group())] if span else numbers
         rest = [int(n) for n in re.findall(r"\d+", prompt[:span.start()] + prompt[span.end():])] if span else []
         if not LIST_ITEMS[0] <= len(items) <= LIST_ITEMS[1]:
-            reasons.append(f"a list of {len(items)}; lists were trained with {LIST_ITEMS[0]} to {LIST_ITEMS[1]} numbers")
+            reasons.append(f"a list of {len(items)}; lists were trained with {LIST_ITEMS[0]} to {LIST_ITEMS[1]} "
+                           "numbers")
         if max(items) > DRILL_TOP:
             reasons.append(f"list numbers were trained up to {DRILL_TOP}")
         if any(k > DRILL_STEP for k in rest):

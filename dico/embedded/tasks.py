@@ -2,8 +2,8 @@
 
 Two order-sensitive families, in the spirit of the paper's math and code tasks:
 
-- ``word``: grade-school word problems (1-3 steps of +, - or doubling on numbers up to about 70), solved step by step and
-  closed by an answer line (the GSM8K pattern).
+- ``word``: grade-school word problems (1-3 steps of +, - or doubling on numbers up to about 70), solved step by step
+  and closed by an answer line (the GSM8K pattern).
 - ``list``: apply one operation to every item of a list, one equation per item in order, then
   the new list (order matters: the answer is the whole list in order).
 
@@ -25,9 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dico.embedded.picks import SURNAMES, check_choice, pick_item, team_item
-from dico.embedded.wordings import (CLOSINGS, LIST_LINKS, LIST_OPENINGS, SHIFTED_CLOSINGS, SHIFTED_KIND,
-                                    SHIFTED_LIST_CLOSINGS, SHIFTED_STEPS, STEP_LEADS, USUAL_KIND, check_wording,
-                                    usual_pick)
+from dico.embedded.wordings import (
+    CLOSINGS,
+    LIST_LINKS,
+    LIST_OPENINGS,
+    SHIFTED_CLOSINGS,
+    SHIFTED_KIND,
+    SHIFTED_LIST_CLOSINGS,
+    SHIFTED_STEPS,
+    STEP_LEADS,
+    USUAL_KIND,
+    check_wording,
+    usual_pick,
+)
 
 FAMILIES = ("word", "list", "pick", "team")
 # Families whose answer is numbers computed from the prompt, read back by ``extract_answer``: the card's measures of
