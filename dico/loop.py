@@ -191,6 +191,7 @@ class Decoding:
     def edit(self, forced: dict[int, int], taken: list[int]) -> None:
         """Between two steps (a fork, ``dico.state``): force tokens (fixed from now on) and take decoded ones back.
         The window reopens at the first block with masks, so a take-back in an earlier block is decoded again."""
+        self.finished = False           # a decode closed at its last step is open again (a fork at its end)
         self._fix(forced)
         if taken:
             where = torch.tensor(taken, dtype=torch.long)
