@@ -27,8 +27,9 @@ def about_text(traces: list[Trace], outside: str = "") -> str:
              f"{r['answer_per_step'] or '—'} | {r['tokens_per_step']} | {r['biggest'][1]} + {r['biggest'][2]} | "
              f"{r['padding_only']} |" for r in rows])
         checked = judged(traces)
+        revised = [revisions(t) for t in traces if t.remasks()]
         values["lessons"] = "\n".join(f"- {lesson(r)}" for r in rows) + (f"\n\n{checked}" if checked else "") + \
-            (f"\n\n⚠ {clean(outside)}" if outside else "")
+            "".join(f"\n\n{line}" for line in revised) + (f"\n\n⚠ {clean(outside)}" if outside else "")
     return string.Template(prose("about.md")).safe_substitute(values)
 
 
@@ -52,6 +53,41 @@ def judged(traces: list[Trace]) -> str:
         said.append("Right: " + ", ".join(f"**{clean(t.label)}** in {t.nfe} steps" for t in right) + ".")
     said += [f"**{clean(t.label)}** answered “{clean(t.text.strip())}”: wrong, in {t.nfe} steps." for t in wrong]
     return " ".join(said)
+
+
+def taken_back(trace: Trace) -> list[tuple[int, int, int]]:
+    """(step, position, token taken back) for every take-back of a revising run, in order."""
+    tokens: dict[int, int] = {}
+    out = []
+    for step in trace.steps:
+        tokens.update(zip(step.committed, step.tokens))
+        out += [(step.index, p, tokens.pop(p)) for p in step.remasked if p in tokens]
+    return out
+
+
+def revisions(trace: Trace) -> str:
+    """Which tokens a revising lane took back, which came back different inside the answer, and whether its answer
+    is right (where the app can judge it): did revising repair anything?"""
+    from dico.embedded import tasks
+
+    taken = taken_back(trace)
+    final = trace.response
+    changed = sorted({(p, old) for _, p, old in taken if p < trace.answer_length and final[p] != old})
+    said = [f"**{clean(trace.label)}** took back {len(taken)} token{'s' if len(taken) != 1 else ''} in "
+            f"{len({k for k, _, _ in taken})} steps"]
+    if changed:
+        shown = ", ".join(f"`{clean(trace.token_text(old).strip())}` → `{clean(trace.token_text(final[p]).strip())}` "
+                          f"at {p}" for p, old in changed[:6])
+        said.append(f"; {len(changed)} answer position{'s' if len(changed) != 1 else ''} came back different "
+                    f"({shown})")
+    else:
+        said.append("; every answer token it took back came back the same")
+    item = render.judged_item(trace.prompt)
+    if item is not None and not trace.stopped:
+        right = tasks.check(item, trace.text)
+        verdict = "so revising repaired it" if right and changed else "" if right else "not enough to repair it"
+        said.append(f", and its answer is {'right' if right else 'wrong'}" + (f": {verdict}" if verdict else ""))
+    return "".join(said) + "."
 
 
 def settings_tables() -> str:

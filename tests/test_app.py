@@ -457,3 +457,22 @@ def test_a_page_race_of_two_lanes_of_one_method_names_each_by_its_label(app_modu
     assert "Lane 6: label: 'Vanilla' is also the label of Lane 1" in refusal(run(methods=lanes_))
     assert "Lane 4 (Top-k per step): k: must be in" in refusal(run(methods=["vanilla", "fast", "dico",
                                                                              {"method": "topk", "settings": {"k": 0}}]))
+
+
+def test_the_about_text_says_which_tokens_a_revising_lane_took_back_and_whether_its_answer_is_right():
+    from dico.trace import Step, Trace
+    from dico_ui.about import revisions, taken_back
+
+    def step(i, committed, tokens, remasked=()):
+        return Step(index=i, phase="fast", window=[0, 4], committed=committed, tokens=tokens,
+                    confidence=[None] * 4, prediction=[None] * 4, remasked=list(remasked))
+
+    trace = Trace(model="m", method="wino", mode="non-ar", settings={}, label="WINO",
+                  prompt="Pick one leader of Lily Howard, Don Gill and Sara Lake.", prompt_length=3, gen_length=4,
+                  block_length=None, response=[7, 8, 9, 2], vocab={"5": " S", "7": " Don", "8": " Gill", "9": ".",
+                                                                 "2": "<|eot|>"}, answer_length=3, text="The leader is Don Gill.",
+                  steps=[step(0, [0, 1], [5, 8]), step(1, [2, 3], [9, 2], remasked=[0]), step(2, [0], [7])])
+    assert taken_back(trace) == [(1, 0, 5)]
+    said = revisions(trace)
+    assert "took back 1 token in 1 steps" in said and "`S` → `Don` at 0" in said
+    assert "its answer is right: so revising repaired it" in said
