@@ -67,8 +67,11 @@ class KLAdaptive:
     settings: KLASSSettings = field(default_factory=KLASSSettings)
     rank = None
     signals = ("kl",)
+    precision = torch.float64           # its code scores in float64 (docs/decoding.md §7.2)
 
     def __post_init__(self):
+        if self.settings.reset_each_block:              # the DiCo release's port scores in float32
+            self.precision = torch.float32
         self.history: torch.Tensor | None = None        # (n, history) float64: the last KL values of every position
         self.per_window = 0
         self.start(None)
@@ -127,6 +130,7 @@ class WideInNarrowOut:
     settings: WINOSettings = field(default_factory=WINOSettings)
     rank = None
     signals = ("verify",)
+    precision = torch.float64           # its code scores in float64 (docs/decoding.md §7.3)
 
     def start(self, window) -> None:
         self.last_accept = WINO_FIRST_ACCEPT

@@ -145,7 +145,7 @@ class Decoding:
         if self.verifies and self.rule.settings.cfg_scale:
             raise ValueError(f"cfg_scale: {method}'s verifying pass has no classifier-free guidance; "
                              "set cfg_scale to 0")
-        self.sampler = Sampler(self.rule.settings, rank=self.rule.rank)
+        self.sampler = _sampler_for(self.rule)
         self.cache = _cache_for(predictor, self.rule.settings, len(prompt_ids), gen_length)
         self.stops = predictor.stop_ids()
         if capture_attention and not predictor.supports_attention:
@@ -219,7 +219,7 @@ class Decoding:
         self.verifies = "verify" in self.signals
         if self.verifies and self.rule.settings.cache != "none":
             raise ValueError(f"cache: {method} verifies with a mirrored block; set cache to none")
-        self.sampler = Sampler(self.rule.settings, rank=self.rule.rank)
+        self.sampler = _sampler_for(self.rule)
         self.cache = _cache_for(self.predictor, self.rule.settings, self.m, self.n)
         self.trace.method, self.trace.settings = method, self.rule.settings.to_dict()
         self.trace.label = default_label(method, self.rule.settings)
@@ -379,6 +379,11 @@ def close_snapshot(predictor: MaskPredictor, trace: Trace) -> Trace:
         vocab.update((t, predictor.token_text(t)) for t in set(step.prediction) - {None} - vocab.keys())
     return finish(trace, predictor, response, vocab, stopped=True,
                   wall_s=sum(s.forward_s + s.select_s for s in trace.steps))
+
+
+def _sampler_for(rule) -> Sampler:
+    """A rule's sampler: its settings, the ranking and the precision it scores in."""
+    return Sampler(rule.settings, rank=rule.rank, precision=getattr(rule, "precision", torch.float32))
 
 
 def _cache_for(predictor: MaskPredictor, settings: Settings, prompt_length: int, gen_length: int) -> Cache | None:

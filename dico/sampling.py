@@ -10,6 +10,8 @@ token removed, ``conf`` its softmax probability, ``margin`` the top1 - top2 raw 
 With a temperature, ``pred`` is drawn by Gumbel noise as LLaDA's ``generate.py`` draws it (float64), after
 Dream's top-p / top-k filters; ``conf`` stays LLaDA's: the model's untempered probability of that token.
 ``rank`` is Dream's ranking for its algorithms (maskgit_plus, topk_margin, entropy) when a rule asks for it.
+A rule whose published code scores in float64 (KLASS, WINO: ``Rule.precision``) gets its confidences and signals in
+float64 (docs/decoding.md §7): in float32 near-certain positions tie at 1.0 where that code tells them apart.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class Sampler:
     settings: SamplingSettings = field(default_factory=SamplingSettings)
     rank: str | None = None
     _generator: torch.Generator | None = field(default=None, repr=False)
+    precision: torch.dtype = torch.float32      # of the confidences: float64 for the rules whose code scores so
     _previous: torch.Tensor | None = field(default=None, repr=False)     # KLASS: the previous pass's distribution
 
     def logits(self, predictor, ids: torch.Tensor, prompt_length, attentions: bool = False,
@@ -70,7 +73,7 @@ class Sampler:
         top = x.topk(2, dim=-1)                                                # n, 2
         margin = top.values[:, 0] - top.values[:, 1]
         pred = top.indices[:, 0] if cfg.temperature == 0 else self._sample(x)
-        probs = self._probs(x, logits, mask_id)
+        probs = self._probs(x.to(self.precision), logits, mask_id)
         conf = probs.gather(1, pred[:, None])[:, 0]
         if cfg.eos_last and stops:
             conf = torch.where(torch.isin(pred, pred.new_tensor(stops)), torch.zeros_like(conf), conf)
@@ -78,11 +81,11 @@ class Sampler:
         if self.rank is not None:
             rows.append(self._rank(x, pred).double())
         extra = self._signals(signals, x, logits, probs, mask_id, stop_ids, tokens, mirror)
-        packed = torch.stack(rows + list(extra.values())).cpu()               # the step's one transfer
+        packed = torch.stack(rows + [v.double() for v in extra.values()]).cpu()   # the step's one transfer
         rank = packed[3].float() if self.rank is not None else None
         values = packed[len(rows):]
-        return (packed[0].float(), packed[1].long(), packed[2].float(), rank,
-                {name: values[i].float() for i, name in enumerate(extra)})
+        return (packed[0].to(self.precision), packed[1].long(), packed[2].float(), rank,
+                {name: values[i].to(self.precision) for i, name in enumerate(extra)})
 
     def _prepared(self, logits: torch.Tensor, mask_id: int | None, stop_ids) -> tuple[torch.Tensor, list[int]]:
         """float32 logits with the mask token (and, with ``ban_eos``, end-of-text) removed; a copy, never the model's
@@ -112,7 +115,8 @@ class Sampler:
             if name == "entropy":                         # nats, of the distribution confidences come from
                 out[name] = torch.special.entr(probs).sum(dim=-1)
             elif name == "kl":                            # KL(p_now || p_previous pass), float64 as KLASS computes it
-                out[name] = self._kl(self._probs(x.double(), logits.double(), mask_id))
+                now = probs if probs.dtype == torch.float64 else self._probs(x.double(), logits.double(), mask_id)
+                out[name] = self._kl(now)
             elif name == "token_prob":                    # the probability this pass gives each position's token
                 out[name] = probs.gather(1, self._on(tokens, probs)[:, None])[:, 0]
             elif name == "verify":                        # the mirrored block's probability of the token it mirrors
@@ -133,7 +137,7 @@ class Sampler:
         probability the mirrored position gives the token at its mirror; 0 elsewhere."""
         start, rows = mirror
         x, _ = self._prepared(rows, mask_id, stop_ids)
-        probs = self._probs(x, rows, mask_id)
+        probs = self._probs(x.to(self.precision), rows, mask_id)
         own = self._on(tokens, probs)[start:start + rows.shape[0]]
         out = probs.new_zeros(tokens.shape[0])
         out[start:start + rows.shape[0]] = probs.gather(1, own[:, None])[:, 0]

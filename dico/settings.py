@@ -287,8 +287,9 @@ class KLASSSettings(SamplingSettings):
     steps: int = setting(0, "when nothing is ready: LLaDA's schedule over this many passes for the whole answer, "
                          "split evenly over the blocks; 0: one token a step (steps = gen_length)",
                          range=(0, 100000), step=1)
-    reset_each_block: bool = setting(False, "forget the KL history when a block starts, as the DiCo release's port "
-                                     "does (the authors' code keeps it)")
+    reset_each_block: bool = setting(False, "decode as the DiCo release's port does: forget the KL history when a "
+                                     "block starts and score confidences in float32 (the authors' code keeps the "
+                                     "history and scores in float64)")
 
 
 @dataclass(frozen=True)
