@@ -21,7 +21,7 @@ from dico_ui.limits import LIMITS
 from dico_ui.models import EMBEDDED_NAME, HUB_MODELS, describe, get_predictor, gpu, is_warm, mark_warm
 from dico_ui.outputs import RESULTS, banner, cleared, figure, friendly, results  # noqa: F401  (RESULTS: tests)
 from dico_ui.race import Frame, LaneFailed, race, replay, settle
-from dico_ui.request import api_request, check, page_request
+from dico_ui.request import CONTROLS, api_request, check, page_request
 from dico_ui.runs import clicked, closed, stop  # noqa: F401  (wired in dico_ui.wiring)
 from dico_ui.text import clean
 
@@ -182,23 +182,27 @@ def race_status(frame: Frame, where: str = "") -> str:
 
 
 @friendly("Cannot run", page=True)
-def run_ui(request: gr.Request, prompt, model, mode, gen_length, block_length, lanes, capture_attention, *settings):
+def run_ui(request: gr.Request, prompt, model, mode, gen_length, block_length, lanes, capture_attention, *values):
     """The Run button: the lane rows (``lane_controls.collect``), then the generated settings controls' values in
-    ``request.CONTROLS`` order. Lanes are named as the page names them ("Lane 2: label")."""
+    ``request.CONTROLS`` order, then the word constraints every lane starts from ("0:The, 5:leader"; optional).
+    Lanes are named as the page names them ("Lane 2: label")."""
+    settings, constraints = values[:len(CONTROLS)], (values[len(CONTROLS):] or ("",))[0]
     yield from _stream(request, lambda: page_request(prompt, model, mode, gen_length, block_length, lanes,
-                                                     capture_attention, settings), page=True)
+                                                     capture_attention, settings, constraints), page=True)
 
 
 @friendly("Cannot run")
-def run_api(request: gr.Request, prompt, model, mode, gen_length, block_length, methods, settings, capture_attention):
+def run_api(request: gr.Request, prompt, model, mode, gen_length, block_length, methods, settings, capture_attention,
+            constraints=None):
     """API ``/run``: ``methods`` per lane a method or ``{"method", "label", "settings"}`` (at most 6, two may share
-    a method); ``settings`` one JSON object (or its text) per method, which its lanes start from::
+    a method); ``settings`` one JSON object (or its text) per method, which its lanes start from; ``constraints``
+    words fixed before decoding, every lane starting from them ("0:The, 5:leader" or {"0": "The"}; "" none)::
 
         Client(url).predict(prompt, "dico-tiny", "non-ar", 96, 32, ["vanilla", {"method": "topk", "settings":
-                            {"k": 4}}, "fast"], {"fast": {"threshold": 0.9}}, True, api_name="/run")
+                            {"k": 4}}, "fast"], {"fast": {"threshold": 0.9}}, True, "0:The", api_name="/run")
     """
     yield from _stream(request, lambda: api_request(prompt, model, mode, gen_length, block_length, methods,
-                                                    settings, capture_attention), page=False)
+                                                    settings, capture_attention, constraints), page=False)
 
 
 # ============================================================================ replays, step view, models

@@ -13,8 +13,8 @@ import gradio as gr
 import visuals
 from dico.models import EMBEDDED_NAME
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, MODES, SETTINGS
+from dico_ui import forks, lane_controls
 from dico_ui import handlers as h
-from dico_ui import lane_controls
 from dico_ui.about import about_text
 from dico_ui.limits import LIMITS
 from dico_ui.models import model_choices
@@ -163,6 +163,9 @@ def lanes_column() -> dict:
                                     info=f"response positions to fill, 1..{MAX_GEN_LENGTH}", min_width=140)
         c["block_length"] = gr.Number(DEFAULT_BLOCK_LENGTH, label="block_length", visible=False, step=4,
                                       elem_id="block-length", info="semi-AR block; divides gen_length", min_width=140)
+    c["constraints"] = gr.Textbox(label="word constraints (every lane starts from them)", elem_id="constraints",
+                                  placeholder="e.g. 0:The, 3:leader", max_lines=1,
+                                  info="offset:word, fixed before decoding and never changed (as LLaDA's demo)")
     gr.Markdown("**Lanes to race**: a method, the setting that names it and a label; two lanes may share a method.",
                 elem_id="lanes-title")
     c["slots"] = lane_controls.build()
@@ -216,6 +219,7 @@ def step_view() -> dict:
         c["play"] = gr.Button(h.PLAY, elem_id="play", scale=1, min_width=100)
     c["step_text"] = gr.HTML(elem_id="step-text", padding=False)
     c["step_view"] = gr.Plot(show_label=False, elem_id="step-plot")
+    c |= forks.fork_panel()
     c["timer"] = gr.Timer(0.7, active=False)
     return c
 
@@ -234,6 +238,6 @@ def api_inputs() -> dict:
     inside gradio, with a logged traceback and gradio's wording instead of the library's)."""
     return {"api_run": [gr.Textbox(visible=False), gr.Textbox(visible=False), gr.Textbox(visible=False),
                         gr.Number(visible=False), gr.Number(visible=False), gr.JSON(visible=False),
-                        gr.JSON(visible=False), gr.Checkbox(visible=False)],
+                        gr.JSON(visible=False), gr.Checkbox(visible=False), gr.Textbox("", visible=False)],
             "api": gr.Button(visible=False), "api_file": gr.File(visible=False, type="filepath"),
-            "api_replay": gr.Button(visible=False)}
+            "api_replay": gr.Button(visible=False)} | forks.api_inputs()

@@ -31,6 +31,7 @@ from dico.settings import (
     sampling_specs,
     settings_for,
 )
+from dico.state import encode_fixed, parse_constraints
 from dico_ui.limits import LIMITS
 from dico_ui.models import get_predictor
 from dico_ui.render import label
@@ -56,11 +57,13 @@ class RunRequest:
     gen_length: int = DEFAULT_GEN_LENGTH
     block_length: int | None = None         # semi-AR only
     capture_attention: bool = True
+    constraints: tuple[tuple[int, str | int], ...] = ()     # words fixed before decoding, every lane starts from them
 
     def options(self, lane: Lane) -> dict:
         """Keywords of ``dico.decode`` for one lane of this request."""
         return dict(mode=self.mode, gen_length=self.gen_length, block_length=self.block_length,
-                    settings=lane.settings, capture_attention=self.capture_attention, label=lane.label)
+                    settings=lane.settings, capture_attention=self.capture_attention, label=lane.label,
+                    constraints=dict(self.constraints) or None)
 
 
 def page_lane(i: int, name: str = "") -> str:
@@ -84,7 +87,7 @@ def whole(value, name: str):
 
 def parse_request(prompt, methods=DEFAULT_METHODS, settings: dict[str, dict] | None = None, *, model=EMBEDDED_NAME,
                   mode=NON_AR, gen_length=DEFAULT_GEN_LENGTH, block_length=DEFAULT_BLOCK_LENGTH,
-                  capture_attention=True, at=api_lane) -> RunRequest:
+                  capture_attention=True, at=api_lane, constraints=None) -> RunRequest:
     """The one parse of a request: the lanes over their methods' ``settings``, numbers made whole, the lengths,
     and every lane against the lengths (LLaDA's steps split over the blocks), in that order; ValueError naming
     the field (``at`` names a lane as the caller's user knows it)."""
@@ -100,22 +103,45 @@ def parse_request(prompt, methods=DEFAULT_METHODS, settings: dict[str, dict] | N
             plan(make_rule(lane.method, mode, lane.settings), gen_length, block_length or gen_length)
         except ValueError as exc:
             raise ValueError(f"{at(i)} ({lane.label}): {exc}") from None
-    return RunRequest(prompt, lanes, model or EMBEDDED_NAME, mode, gen_length, block_length, bool(capture_attention))
+    return RunRequest(prompt, lanes, model or EMBEDDED_NAME, mode, gen_length, block_length, bool(capture_attention),
+                      constraint_pairs(constraints))
 
 
-def page_request(prompt, model, mode, gen_length, block_length, lanes, capture_attention, controls) -> RunRequest:
+def constraint_pairs(value) -> tuple[tuple[int, str | int], ...]:
+    """Word constraints as LLaDA's demo takes them ("0:The, 5:leader"), or the API's object ({"0": "The"}, a
+    word or a token id each): (offset, word) pairs. Offsets, words and overlaps are checked on the model
+    (``check``), naming ``constraints``."""
+    if value in (None, "", {}):
+        return ()
+    if isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"constraints: not valid JSON ({exc})") from None
+    elif isinstance(value, str):
+        value = parse_constraints(value)
+    if not isinstance(value, dict):
+        raise ValueError('constraints: must be text like "0:The, 5:leader" or an object like {"0": "The"}')
+    return tuple((whole(int(k) if str(k).strip().lstrip("-").isdigit() else k, "constraints"), v)
+                 for k, v in value.items())
+
+
+def page_request(prompt, model, mode, gen_length, block_length, lanes, capture_attention, controls,
+                 constraints="") -> RunRequest:
     """The Run button's request: the lane rows (``lane_controls.collect``) over the Settings panel's values."""
     lanes = [lanes] if isinstance(lanes, (str, dict)) else list(lanes or [])
     return parse_request(prompt, lanes, settings_from_controls(lanes, controls), model=model, mode=mode,
                          gen_length=gen_length, block_length=block_length, capture_attention=capture_attention,
-                         at=page_lane)
+                         constraints=constraints, at=page_lane)
 
 
-def api_request(prompt, model, mode, gen_length, block_length, methods, settings, capture_attention) -> RunRequest:
+def api_request(prompt, model, mode, gen_length, block_length, methods, settings, capture_attention,
+                constraints="") -> RunRequest:
     """``/run``'s request: lanes as method names or objects, ``settings`` one JSON object per method."""
     methods = [methods] if isinstance(methods, (str, dict)) else list(methods or [])
     return parse_request(prompt, methods, settings_from_json(settings), model=model, mode=mode,
-                         gen_length=gen_length, block_length=block_length, capture_attention=capture_attention)
+                         gen_length=gen_length, block_length=block_length, capture_attention=capture_attention,
+                         constraints=constraints)
 
 
 def settings_from_controls(methods: list, values) -> dict[str, dict]:
@@ -192,6 +218,7 @@ def check(req: RunRequest, pass_s: Callable[[int], float]) -> tuple[MaskPredicto
     that may outlast the time limit at ``pass_s(positions)`` seconds a pass), and a note when the prompt lies
     outside the embedded model's tasks ("" otherwise). Errors are ValueErrors naming the field."""
     predictor = get_predictor(req.model)
+    encode_fixed(predictor, dict(req.constraints), req.gen_length)          # words on the model: named errors
     ids = check_request(predictor, req.prompt, req.lanes[0].method, req.mode, req.gen_length, req.block_length)
     warnings = [w for w in (too_long(req, pass_s(len(ids) + req.gen_length)),) if w]
     if predictor.name != EMBEDDED_NAME:

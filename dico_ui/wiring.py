@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 import inspect
 
+from dico_ui import forks, lane_controls
 from dico_ui import handlers as h
-from dico_ui import lane_controls
 from dico_ui.outputs import RESULTS
 
 # Plots drawn while their tab was hidden keep plotly's default width; a tab switch sends a resize.
@@ -52,7 +52,7 @@ def wire(demo, c: dict) -> None:
     for trigger in (c["run"].click, c["prompt"].submit):
         trigger(h.clicked, None, None, **quiet) \
             .then(lane_controls.collect, slots.inputs, c["lanes"], **quiet) \
-            .then(keyed(h.run_ui, c), page_run + c["controls"], results, show_api=False, **live)
+            .then(keyed(h.run_ui, c), page_run + c["controls"] + [c["constraints"]], results, show_api=False, **live)
     c["api"].click(keyed(h.run_api, c), c["api_run"], results, api_name="run", **live)
     c["api_replay"].click(keyed(h.replay_api, c), [c["api_file"]], results + [c["prompt"]], api_name="replay")
     c["stop"].click(h.stop, None, [c["status"]], **quiet)
@@ -63,6 +63,7 @@ def wire(demo, c: dict) -> None:
               show_progress="hidden", concurrency_limit=4, trigger_mode="always_last")
     wire_lanes(slots, c)
     wire_step_view(c)
+    forks.wire(c, results, keyed)
     c["model"].input(keyed(h.choose_model, c), [c["model"]], [c["model"], c["model_note"]], show_api=False)
     c["mode"].change(keyed(h.show_block_length, c), [c["mode"]], [c["block_length"]], **quiet)
     demo.load(keyed(h.first_impression, c), None, results + [c["prompt"]], show_api=False)

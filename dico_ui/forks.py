@@ -1,0 +1,559 @@
+"""The fork panel (issue 47): step into a run on screen at any step, force a position to a token or take a token
+back, and watch the fork decode live as a new lane beside the original.
+
+    show_candidates(run_index, k, position, traces)   -> the model's top tokens there in step k's pass
+    fork_ui(request, traces, run_index, k, position, "force", token, word, fork_with)   streams the race
+    fork_api(request, trace_json, run, at, edits, lane)   the API's ``/fork``: a trace file, a step and edits
+
+In the step view at step k, "force" forks before step k (``dico.fork(at=k, force={position: token})``: step k is
+decoded again with that token written), "take back" forks after it (``at=k + 1, remask=[position]``: what step k
+committed there goes back to the mask). A fork is a lane like any other: at most ``MAX_LANES`` on screen, one
+place in the app's line of runs, Stop and the time limit end it. Its label is the library's ("Top-4 per step, fork
+at step 23: [mask] -> D"); ``fork_story`` says in words what the edit changed.
+
+    python -m dico_ui.forks --example     # the shipped fork of the lesson's example (assets/ui/fork_example.json)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from dico.lanes import MAX_LANES, parse_lane
+from dico.loop import close_snapshot
+from dico.settings import SETTINGS
+from dico.state import decode_fork
+from dico.trace import MAX_JSON_BYTES, Trace, bundle_json, read_traces
+from dico_ui import render, runs
+from dico_ui.models import get_predictor, gpu
+from dico_ui.outputs import figure, friendly, results
+from dico_ui.race import Frame, LaneRun, own_time
+from dico_ui.text import clean
+
+ROOT = Path(__file__).resolve().parent.parent
+FORK_EXAMPLE = ROOT / "assets" / "ui" / "fork_example.json"
+EXAMPLE_RUN = ROOT / "assets" / "ui" / "example_run.json"
+CANDIDATES = 5
+ACTIONS = ("force", "take back")
+OWN_METHOD = -1                 # "continue with": the forked run's own method and settings
+
+
+@dataclass(frozen=True)
+class ForkRequest:
+    """A fork to decode, checked: the run forked, the step, the edits, the runs on screen beside it (shown as they
+    finished), and optionally another lane's method and settings to continue with (frozen: it pickles)."""
+    parent: Trace
+    at: int
+    force: dict
+    remask: tuple
+    shown: tuple                 # every run on screen, the parent among them
+    method: str | None = None
+    settings: object = None
+
+    def options(self) -> dict:
+        return dict(force=dict(self.force), remask=list(self.remask), method=self.method, settings=self.settings)
+
+
+# ============================================================================ parsing, once, at the boundary
+
+def whole(value, name: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    raise ValueError(f"{name}: must be a whole number, got {value!r}")
+
+
+def check_room(shown, parent: Trace, at: int) -> None:
+    """A fork is one more lane: at most ``MAX_LANES`` on screen; and a step of the run (0..its steps)."""
+    if len(shown) >= MAX_LANES:
+        raise ValueError(f"fork: {len(shown)} runs are on screen and at most {MAX_LANES} race side by side; run "
+                         "fewer lanes to make room for a fork")
+    if not 0 <= at <= len(parent.steps):
+        raise ValueError(f"at: must be a step of the run, 0..{len(parent.steps)}, got {at}")
+
+
+def continue_with(lane) -> tuple[str | None, object]:
+    """The method and settings a fork continues with: None (the forked run's own), a run on screen (a Trace), or
+    the API's lane spec (a method name or {"method", "settings"}), checked as a lane of ``/run`` is."""
+    if lane in (None, "", {}):
+        return None, None
+    if isinstance(lane, Trace):
+        known = SETTINGS[lane.method].__dataclass_fields__
+        lane = {"method": lane.method, "settings": {k: v for k, v in lane.settings.items() if k in known}}
+    if isinstance(lane, str) and lane.strip().startswith("{"):
+        try:
+            lane = json.loads(lane)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"lane: not valid JSON ({exc})") from None
+    parsed, _ = parse_lane(lane, lambda i, name="": "lane" + (f".{name}" if name else ""), 0)
+    return parsed.method, parsed.settings
+
+
+def fork_request(shown, parent: Trace, at, force=None, remask=None, lane=None) -> ForkRequest:
+    """The one parse of a fork: the step, the edits' shape (positions and tokens are checked by the library on the
+    model, naming ``force``/``remask``), the room on screen and the lane to continue with."""
+    at = whole(at, "at")
+    check_room(shown, parent, at)
+    force = dict(force or {})
+    remask = tuple(whole(p, "remask") for p in (remask or []))
+    if not force and not remask:
+        raise ValueError("edits: force a position to a token or take one back (a fork without an edit decodes "
+                         "exactly as its parent did)")
+    method, settings = continue_with(lane)
+    return ForkRequest(parent, at, force, remask, tuple(shown), method, settings)
+
+
+def page_request(traces, run_index, k, position, action, token, word, fork_with=OWN_METHOD) -> ForkRequest:
+    """The fork panel's request: at step ``k`` of run ``run_index``, "force" ``position`` to the chosen
+    candidate ``token`` (or the typed ``word``) before step k, or "take back" what it holds after step k."""
+    if not traces:
+        raise ValueError("fork: there is no run on screen to fork; press Run first")
+    parent = _run(traces, run_index)
+    k, position = whole(k if k is not None else 0, "step"), whole(position, "position")
+    if action not in ACTIONS:
+        raise ValueError(f"action: must be one of {', '.join(ACTIONS)}, got {action!r}")
+    with_ = _run(traces, fork_with) if fork_with not in (None, OWN_METHOD, "") else None
+    if action == "take back":
+        return fork_request(traces, parent, k + 1, remask=[position], lane=with_)
+    value = word.strip() if isinstance(word, str) and word.strip() else token
+    if value in (None, ""):
+        raise ValueError("force: choose one of the candidates, or type a word to force at this position")
+    return fork_request(traces, parent, k, force={position: whole(value, "force") if not isinstance(value, str)
+                                                  else value}, lane=with_)
+
+
+def _run(traces, index) -> Trace:
+    i = whole(index if index is not None else 0, "run")
+    if not 0 <= i < len(traces):
+        raise ValueError(f"run: choose one of the {len(traces)} runs on screen (0..{len(traces) - 1}), got {i}")
+    return traces[i]
+
+
+def read_parent(trace_json, run="") -> tuple[list[Trace], Trace]:
+    """The API's trace: a trace or bundle file's text (or its object, or a path); ``run`` picks a run of a bundle
+    by its label or index (default the first). Returns every run in it and the one forked."""
+    if isinstance(trace_json, dict):
+        trace_json = json.dumps(trace_json)
+    elif isinstance(trace_json, str) and trace_json.strip() and not trace_json.lstrip().startswith(("{", "[")):
+        path = Path(trace_json)
+        if not path.is_file():
+            raise ValueError("trace: must be a trace's JSON (a file saved by Download traces or the CLI)")
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise ValueError(f"trace: is {path.stat().st_size / 2**20:.1f} MiB, over the {MAX_JSON_BYTES // 2**20} "
+                             "MiB limit")
+        trace_json = path.read_text()
+    if not trace_json:
+        raise ValueError("trace: no trace was given")
+    traces = read_traces(trace_json)
+    if run in (None, ""):
+        return traces, traces[0]
+    named = [t for t in traces if t.name == run]
+    if named:
+        return traces, named[0]
+    if isinstance(run, (int, float)) or str(run).isdigit():
+        return traces, _run(traces, run)
+    raise ValueError(f"run: no run labelled {run!r} in the trace; choose one of "
+                     f"{', '.join(repr(t.name) for t in traces)}")
+
+
+def parse_edits(edits) -> tuple[dict, list]:
+    """The API's edits: ``{"force": {"7": "Gill" or token id}, "remask": [5]}`` (an object or its JSON text)."""
+    if isinstance(edits, str):
+        try:
+            edits = json.loads(edits) if edits.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValueError(f'edits: not valid JSON ({exc}); expected {{"force": {{"7": "Gill"}}, "remask": '
+                             "[5]}") from None
+    if not isinstance(edits, dict) or set(edits) - {"force", "remask"}:
+        raise ValueError('edits: must be an object with "force" ({position: word or token id}) and/or "remask" '
+                         "([positions])")
+    force, remask = edits.get("force") or {}, edits.get("remask") or []
+    if not isinstance(force, dict):
+        raise ValueError('force: must map positions to words or token ids, like {"7": "Gill"}')
+    if not isinstance(remask, list):
+        raise ValueError("remask: must list positions, like [5, 8]")
+    return {int(p) if str(p).strip().isdigit() else p: v for p, v in force.items()}, remask
+
+
+def api_request(trace_json, run, at, edits, lane=None) -> ForkRequest:
+    traces, parent = read_parent(trace_json, run)
+    force, remask = parse_edits(edits)
+    return fork_request(traces, parent, at, force, remask, lane)
+
+
+# ============================================================================ decoding, streaming
+
+@gpu
+def decode_fork_race(req: ForkRequest):
+    """The fork beside the runs on screen, as frames of a race: the shown runs finished, the fork decoding (its
+    first frame comes after the parent's first ``at`` steps are replayed on the model). The caller closes it to
+    stop it (its trace is then finished as stopped)."""
+    predictor = get_predictor(req.parent.model)
+    lanes = [LaneRun(t.method, t.name, t, t.nfe - 1, "stopped" if t.stopped else "done") for t in req.shown]
+    steps = decode_fork(predictor, req.parent, req.at, **req.options())
+    lane = LaneRun(req.method or req.parent.method, "fork")
+    lanes.append(lane)
+    rounds = 0
+    try:
+        for lane.trace, step in steps:
+            rounds += 1
+            lane.label, lane.k = lane.trace.name, step.index
+            yield Frame(lanes, rounds)
+        lane.state = "done"
+    finally:
+        steps.close()
+        if lane.state == "decoding":
+            lane.state = "stopped"
+        if lane.trace is not None:
+            own_time(lane.trace)
+    yield Frame(lanes, rounds, finished=True, stopped=lane.state == "stopped")
+
+
+def _predictor(parent: Trace):
+    try:
+        return get_predictor(parent.model)
+    except ValueError as exc:
+        raise ValueError(f"trace: was decoded by model {parent.model!r}, which cannot fork here ({exc})") from None
+
+
+def precheck(predictor, req: ForkRequest) -> None:
+    """The edits against the run before anything decodes (the library checks them again on the replayed state):
+    positions of the response, tokens of the model, no edit of a fixed position, no take-back of a masked one."""
+    from dico.state import encode_fixed
+    forced = encode_fixed(predictor, req.force, req.parent.gen_length, field="force")
+    fixed = {int(p) for p in req.parent.constraints or {}} | {int(p) for p in (req.parent.fork or {}).get("force", {})}
+    before = req.parent.tokens_before(req.at)
+    for pos in req.remask:
+        if not 0 <= pos < req.parent.gen_length:
+            raise ValueError(f"remask: position {pos} lies outside the response (0..{req.parent.gen_length - 1})")
+        if before[pos] is None:
+            raise ValueError(f"remask: position {pos} is still masked before step {req.at}; take back a decoded "
+                             "token")
+    for pos in sorted(fixed & (set(forced) | set(req.remask))):
+        field = "force" if pos in forced else "remask"
+        raise ValueError(f"{field}: position {pos} is fixed by a constraint (or an earlier edit)")
+
+
+def _turn(session: str, since: float, ticket):
+    """Wait for a decoder, saying how long; False when the fork must not run (Stop, the page closed)."""
+    while True:
+        turn = runs.LINE.wait(ticket, timeout=1.0)
+        why = runs.ended(session, since)
+        if why:
+            yield {"status": "Stopped before the fork started." if why != "gone" else ""}
+            return False
+        if turn:
+            return True
+        yield {"status": runs.waiting(ticket)}
+
+
+def _refuse(message: str, title: str, page: bool):
+    yield {"status": f"**{title}**: {clean(message)}"}
+    if not page:
+        raise gr.Error(clean(message), title=title, print_exception=False)
+    gr.Warning(clean(message), title=title)
+
+
+def stream_fork(request, make, page: bool):
+    """Check the fork, join the line, wait for a decoder, stream the fork beside the runs on screen, then draw
+    every figure from them all. A bad fork is said in the status and the page keeps what it shows."""
+    session = runs.session_of(request)
+    since = runs.asked(session)
+    try:
+        req = make()
+        precheck(_predictor(req.parent), req)
+    except ValueError as exc:
+        yield from _refuse(str(exc), "Cannot fork", page)
+        return
+    ticket = runs.LINE.join(session)
+    if ticket is None:
+        yield from _refuse(runs.busy(), "Busy", page)
+        return
+    try:
+        if (yield from _turn(session, since, ticket)):
+            yield {"status": f"Forking: replaying the first {req.at} steps of {clean(req.parent.name)} on the model…"}
+            yield from _frames(session, since, req, page)
+    finally:
+        runs.LINE.leave(ticket)
+
+
+def _frames(session: str, since: float, req: ForkRequest, page: bool):
+    started, frame, why = time.perf_counter(), None, None
+    frames = decode_fork_race(req)
+    try:
+        while not (why := runs.ended(session, since, started if frame is not None else None)):
+            frame = next(frames, None)
+            if frame is None or frame.finished:
+                break
+            fork = frame.lanes[-1]
+            yield {"status": f"Forked {clean(req.parent.name)} at step {req.at}: {clean(fork.label)}, step "
+                             f"{fork.k + 1}, decoding",
+                   "answers": render.lanes_html([(lane.trace, lane.k, lane.state) for lane in frame.lanes])}
+    except ValueError as exc:       # the library's word on the edits or the trace (it did not replay)
+        yield from _refuse(str(exc), "Cannot fork", page)
+        return
+    finally:
+        frames.close()
+    if why == "gone":
+        return
+    fork = frame.lanes[-1].trace if frame is not None else None
+    if fork is None:
+        yield {"status": "Stopped before the fork's first step."}
+        return
+    if not fork.response:            # a copy from a worker process (ZeroGPU), closed there: finish it here
+        own_time(close_snapshot(_predictor(fork), fork))
+    yield shown_fork([*req.shown, fork], fork, why, time.perf_counter() - started)
+
+
+def shown_fork(traces: list[Trace], fork: Trace, why: str | None, seconds: float) -> dict:
+    """Every result output for the runs and their fork, with the step view on the fork where it parts."""
+    ended = ("Stopped at the time limit" if why == "time" else "Stopped") if fork.stopped else "Done"
+    status = (f"{ended}: {clean(fork.name)} decoded {len(fork.steps) - fork.fork['at']} steps of its own in "
+              f"{seconds:.1f} s.  \n{fork_story(traces)}")
+    out = results(traces, status)
+    k = min(fork.fork["at"], max(len(fork.steps) - 1, 0))
+    out.update(step_run=gr.update(choices=[(f"{t.name}: {t.nfe} steps", j) for j, t in enumerate(traces)],
+                                  value=len(traces) - 1),
+               step=gr.update(minimum=0, maximum=max(len(fork.steps) - 1, 1), value=k, interactive=True),
+               step_view=figure("step view", _step_view, fork, k), step_text=render.step_html(fork, k))
+    return out
+
+
+def _step_view(trace, k):
+    import visuals
+    return visuals.step_view_figure(trace, k)
+
+
+# ============================================================================ handlers
+
+@friendly("Cannot show candidates", page=True)
+def show_candidates(run_index, k, position, traces) -> dict:
+    """The model's top tokens at ``position`` in the pass of step ``k`` of the chosen run (replayed on the model),
+    as choices for "force", and what the position holds before and after that step."""
+    from dico.state import candidates
+    parent = _run(traces or [], run_index) if traces else None
+    if parent is None:
+        raise ValueError("fork: there is no run on screen; press Run first")
+    k, position = whole(k if k is not None else 0, "step"), whole(position, "position")
+    top = candidates(get_predictor(parent.model), parent, k, position, k=CANDIDATES)
+    before, after = parent.tokens_before(k)[position], parent.tokens_before(min(k + 1, len(parent.steps)))[position]
+    held = (f"holds ‘{clean(parent.token_text(before))}’ before step {k}" if before is not None else
+            f"is masked before step {k}") + (f" and ‘{clean(parent.token_text(after))}’ after it" if after is not None
+                                            else ", masked after it")
+    choices = [(f"‘{text}’ {prob:.0%}", token) for token, text, prob in top]
+    return {"fork_token": _radio(choices),
+            "fork_note": f"Position {position} of {clean(parent.name)} {held}. The model's top {len(top)} there in "
+                         f"step {k}'s pass: " + ", ".join(f"‘{clean(t)}’ {p:.1%}" for _, t, p in top) + ". **Force** "
+                         f"decodes step {k} again with your token written there; **Take back** returns what it holds "
+                         f"after step {k} to the mask and decodes on."}
+
+
+def _radio(choices):
+    return gr.update(choices=choices, value=choices[0][1] if choices else None)
+
+
+@friendly("Cannot fork", page=True)
+def fork_ui(request: gr.Request, traces, run_index, k, position, action, token, word, fork_with=OWN_METHOD):
+    """The fork panel's Force / Take back: the fork decodes live as a new lane beside the runs on screen."""
+    yield from stream_fork(request, lambda: page_request(traces, run_index, k, position, action, token, word,
+                                                         fork_with), page=True)
+
+
+def force_ui(request: gr.Request, traces, run_index, k, position, token, word, fork_with=OWN_METHOD):
+    """Force: the chosen candidate (or the typed word) written at the position before step k."""
+    yield from fork_ui(request, traces, run_index, k, position, "force", token, word, fork_with)
+
+
+def take_back_ui(request: gr.Request, traces, run_index, k, position, fork_with=OWN_METHOD):
+    """Take back: what the position holds after step k returned to the mask."""
+    yield from fork_ui(request, traces, run_index, k, position, "take back", None, "", fork_with)
+
+
+def lanes_menu(traces) -> dict:
+    """"Continue with": the forked run's own method, or any run's on screen."""
+    runs_ = [(f"{t.name}'s method and settings", j) for j, t in enumerate(traces or [])]
+    return {"fork_with": gr.update(choices=[("its own method", OWN_METHOD)] + runs_, value=OWN_METHOD)}
+
+
+@friendly("Cannot fork")
+def fork_api(request: gr.Request, trace_json, run, at, edits, lane=None):
+    """API ``/fork``: ``trace_json`` a trace or bundle (its JSON text, as Download traces or ``python -m dico``
+    save it), ``run`` the label or index of the run to fork in a bundle ("" the first), ``at`` the step,
+    ``edits`` ``{"force": {position: word or token id}, "remask": [positions]}``, ``lane`` "" to continue with the
+    run's own method, or another lane (``"fast"``, ``{"method": "fast", "settings": {"threshold": 0.7}}``).
+    Returns the outputs of ``/run`` for every run of the file and the fork, the fork last::
+
+        Client(url).predict(open("run.json").read(), "Top-4 per step", 23, {"force": {"7": " L"}}, "",
+                            api_name="/fork")
+    """
+    yield from stream_fork(request, lambda: api_request(trace_json, run, at, edits, lane), page=False)
+
+
+# ============================================================================ the panel and its events
+
+FORK_HELP = ("**Fork this run**: pick a position at the step on the slider. **Candidates** shows the model's top "
+             "tokens there in that step's pass; **Force** decodes the step again with one of them (or a word you "
+             "type) written there, **Take back** returns what the step left there to the mask. The fork races as a "
+             "new lane beside the original (at most 6 lanes; Stop ends it).")
+
+
+def fork_panel() -> dict:
+    """The fork panel under the step view (declared inside ``layout.step_view``)."""
+    c = {}
+    with gr.Group(elem_id="fork-panel"):
+        gr.Markdown(FORK_HELP, elem_id="fork-help")
+        with gr.Row(equal_height=True):
+            c["fork_position"] = gr.Number(0, label="position", precision=0, minimum=0, elem_id="fork-position",
+                                           min_width=100, info="response position, from 0")
+            c["fork_with"] = gr.Dropdown([("its own method", OWN_METHOD)], value=OWN_METHOD, label="continue with",
+                                         elem_id="fork-with", min_width=160)
+            c["fork_show"] = gr.Button("Candidates", elem_id="fork-candidates", size="sm", min_width=100)
+        c["fork_token"] = gr.Radio([], label="force to", elem_id="fork-token")
+        c["fork_word"] = gr.Textbox(label="or type a word to force", elem_id="fork-word", max_lines=1)
+        with gr.Row():
+            c["fork_force"] = gr.Button("Force", variant="primary", elem_id="fork-force", size="sm", min_width=80)
+            c["fork_take_back"] = gr.Button("Take back", elem_id="fork-take-back", size="sm", min_width=80)
+        c["fork_note"] = gr.Markdown(elem_id="fork-note")
+    return c
+
+
+def api_inputs() -> dict:
+    """``/fork``'s inputs: a trace's JSON text, the run's label or index, the step, the edits, the lane."""
+    return {"api_fork_in": [gr.Textbox(visible=False), gr.Textbox("", visible=False), gr.Number(visible=False),
+                            gr.JSON(visible=False), gr.JSON(visible=False)],
+            "api_fork": gr.Button(visible=False)}
+
+
+def wire(c: dict, results: list, keyed) -> None:
+    """The panel's events and ``/fork`` (inside the page's Blocks; ``keyed`` maps named outputs to components).
+    A fork queues with the runs (one line, ``concurrency_id="decode"``) and Stop ends it."""
+    live = dict(show_progress="minimal", show_progress_on=[c["status"]], concurrency_limit=None,
+                concurrency_id="decode", trigger_mode="always_last")
+    quiet = dict(queue=False, show_api=False)
+    here = [c["traces"], c["step_run"], c["step"], c["fork_position"]]
+    c["fork_show"].click(keyed(show_candidates, c), [c["step_run"], c["step"], c["fork_position"], c["traces"]],
+                         [c["fork_token"], c["fork_note"], c["status"]], show_api=False, show_progress="minimal")
+    c["fork_force"].click(runs.clicked, None, None, **quiet) \
+        .then(keyed(force_ui, c), here + [c["fork_token"], c["fork_word"], c["fork_with"]], results,
+              show_api=False, **live)
+    c["fork_take_back"].click(runs.clicked, None, None, **quiet) \
+        .then(keyed(take_back_ui, c), here + [c["fork_with"]], results, show_api=False, **live)
+    c["step_run"].change(keyed(lanes_menu, c), [c["traces"]], [c["fork_with"]], **quiet)
+    c["api_fork"].click(keyed(fork_api, c), c["api_fork_in"], results, api_name="fork", **live)
+
+
+# ============================================================================ what the edit changed
+
+def parent_of(fork: Trace, traces: list[Trace]) -> Trace | None:
+    return next((t for t in traces if t is not fork and t.name == fork.fork["parent"]), None)
+
+
+def _final(trace: Trace) -> list[int | None]:
+    return trace.tokens_before(len(trace.steps))
+
+
+def changed_positions(parent: Trace, fork: Trace) -> list[int]:
+    """Response positions whose final token differs between the fork and its parent."""
+    return [p for p, (a, b) in enumerate(zip(_final(parent), _final(fork))) if a != b]
+
+
+def _edits(parent: Trace, fork: Trace) -> str:
+    at, before = fork.fork["at"], parent.tokens_before(fork.fork["at"])
+    said = [f"wrote ‘{clean(fork.token_text(t).strip())}’ at position {p}" +
+            (f" (it held ‘{clean(parent.token_text(before[int(p)]).strip())}’)" if before[int(p)] is not None else "")
+            for p, t in fork.fork.get("force", {}).items()]
+    said += [f"took back ‘{clean(parent.token_text(before[p]).strip())}’ at position {p}"
+             for p in fork.fork.get("remask", [])]
+    return f"before step {at} it " + " and ".join(said)
+
+
+def _answer(trace: Trace) -> str:
+    from dico.embedded import tasks
+    item = render.judged_item(trace.prompt)
+    verdict = "" if item is None or trace.stopped else (" (right)" if tasks.check(item, trace.text) else " (wrong)")
+    return f"“{clean(trace.text.strip())}”{verdict}"
+
+
+def fork_story(traces: list[Trace]) -> str:
+    """What each fork on screen changed, in words: its edit, which later commits differ from its parent's, and
+    whether the answer changed (judged where the prompt can be checked)."""
+    said = []
+    for fork in (t for t in traces if t.fork is not None):
+        parent = parent_of(fork, traces)
+        if parent is None:
+            said.append(f"**{clean(fork.name)}** is a fork of {clean(fork.fork['parent'])} at step {fork.fork['at']} "
+                        "(its parent is not on screen).")
+            continue
+        moved = changed_positions(parent, fork)
+        where = ", ".join(f"{p} (‘{clean(parent.token_text(_final(parent)[p]).strip())}’ → "
+                          f"‘{clean(fork.token_text(_final(fork)[p]).strip())}’)" for p in moved[:8])
+        differ = (f"it ends with {len(moved)} position(s) unlike its parent's: {where}" + ("…" if len(moved) > 8
+                                                                                            else "")
+                  if moved else "every position ends as in its parent")
+        answer = (f"the answer changed from {_answer(parent)} to {_answer(fork)}" if fork.text != parent.text
+                  else f"the answer stayed {_answer(fork)}")
+        said.append(f"**{clean(fork.name)}**: {_edits(parent, fork)}; after that {differ} ({fork.nfe} steps against "
+                    f"{parent.nfe}), and {answer}.")
+    return " ".join(said)
+
+
+# ============================================================================ the shipped example fork
+
+def example_forks(predictor, parent: Trace, at: int, positions) -> list[tuple[Trace, bool | None]]:
+    """Every single edit at the clash, each with its verdict (the prompt's checker): each token step ``at``
+    committed taken back after it, then the model's next two candidates forced before it at each position."""
+    from dico.embedded import tasks
+    from dico.state import candidates, fork
+    item = render.judged_item(parent.prompt)
+    tried = [fork(predictor, parent, at + 1, remask=[pos]) for pos in positions]
+    for pos in positions:
+        tried += [fork(predictor, parent, at, force={pos: token})
+                  for token, _, _ in candidates(predictor, parent, at, pos, k=3)[1:]]
+    return [(t, tasks.check(item, t.text) if item is not None else None) for t in tried]
+
+
+def clash(trace: Trace) -> int:
+    """The step of a run that committed the most answer positions at once, the latest of equals (Top-4's clash on
+    the lesson's example: step 23 commits ` S`, `ara`, ` G`, `ill` together)."""
+    return max(range(len(trace.steps)), key=lambda k: (len(trace.answer_commits(trace.steps[k])), k))
+
+
+def make_example(predictor, source: Path = EXAMPLE_RUN, lane: str = "Top-4 per step") -> tuple[list[Trace], list]:
+    """The lesson's example run and a fork of its naive lane at its clashing step that answers right (the first
+    such single edit, take-backs first): the runs to ship and every edit tried with its verdict."""
+    traces = read_traces(source.read_bytes())
+    parent = next(t for t in traces if t.name == lane)
+    at = clash(parent)
+    tried = example_forks(predictor, parent, at, parent.answer_commits(parent.steps[at]))
+    right = [t for t, ok in tried if ok]
+    if not right:
+        raise ValueError(f"fork: no single edit at step {at} of {lane} answers right; tried "
+                         + "; ".join(f"{t.name}: {t.text!r}" for t, _ in tried))
+    return [*traces, right[0]], tried
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dico_ui.forks", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--example", action="store_true", help=f"write {FORK_EXAMPLE.relative_to(ROOT)}")
+    parser.add_argument("--out", type=Path, default=FORK_EXAMPLE)
+    args = parser.parse_args(argv)
+    if not args.example:
+        parser.print_help()
+        return 0
+    traces, tried = make_example(get_predictor())
+    for trace, ok in tried:
+        print(f"{'right' if ok else 'wrong'}  {trace.name}: {trace.text.strip()!r} ({trace.nfe} steps)")
+    args.out.write_text(bundle_json(traces))
+    print(f"wrote {args.out}: {traces[-1].name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
