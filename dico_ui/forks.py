@@ -421,6 +421,8 @@ def fork_panel() -> dict:
             c["fork_force"] = gr.Button("Force", variant="primary", elem_id="fork-force", size="sm", min_width=80)
             c["fork_take_back"] = gr.Button("Take back", elem_id="fork-take-back", size="sm", min_width=80)
         c["fork_note"] = gr.Markdown(elem_id="fork-note")
+        c["fork_example"] = gr.Button("Open the example fork: the lesson's Top-4 clash, one token forced",
+                                      elem_id="fork-example", size="sm")
     return c
 
 
@@ -446,7 +448,25 @@ def wire(c: dict, results: list, keyed) -> None:
     c["fork_take_back"].click(runs.clicked, None, None, **quiet) \
         .then(keyed(take_back_ui, c), here + [c["fork_with"]], results, show_api=False, **live)
     c["step_run"].change(keyed(lanes_menu, c), [c["traces"]], [c["fork_with"]], **quiet)
+    c["fork_example"].click(keyed(open_example, c), None, results + [c["prompt"]], show_api=False,
+                            show_progress="minimal")
     c["api_fork"].click(keyed(fork_api, c), c["api_fork_in"], results, api_name="fork", **live)
+
+
+@friendly("Cannot open the example fork", page=True)
+def open_example() -> dict:
+    """The shipped fork (``FORK_EXAMPLE``) replayed without a model: the lesson's race and its fork, the step view
+    on the fork where it parts, and the prompt box filled with the lesson's prompt."""
+    try:
+        traces = read_traces(FORK_EXAMPLE.read_bytes())
+    except OSError as exc:
+        raise ValueError(f"file: the example fork is not shipped with this copy ({exc.strerror}); "
+                         "python -m dico_ui.forks --example makes it") from None
+    fork = traces[-1]
+    out = shown_fork(traces, fork, None, 0.0)
+    out["status"] = (f"The example fork, replayed from traces shipped with the app: {render.run_caption(fork)}.  \n"
+                     + fork_story(traces))
+    return {**out, "prompt": fork.prompt}
 
 
 # ============================================================================ what the edit changed

@@ -236,3 +236,12 @@ def test_the_page_wires_the_fork_panel_and_the_api_names_fork(app_module):
     assert "fork" in [f.api_name for f in demo.fns.values() if f.show_api]
     ids = {getattr(block, "elem_id", None) for block in demo.blocks.values()}
     assert {"constraints", "fork-panel", "fork-position", "fork-token", "fork-force", "fork-take-back"} <= ids
+
+
+def test_the_example_fork_opens_without_a_model(example, monkeypatch):
+    out = forks.open_example()
+    assert [t.name for t in out["traces"]] == [t.name for t in example] and out["prompt"] == LESSON
+    assert "answer changed" in out["status"] and out["step"]["value"] == example[-1].fork["at"]
+    assert 'verdict right' in out["answers"] and 'verdict wrong' in out["answers"]
+    monkeypatch.setattr(forks, "FORK_EXAMPLE", ROOT / "nothing.json")
+    assert forks.open_example()["status"].startswith("**Cannot open the example fork**: file:")
