@@ -1,6 +1,7 @@
 """How closely EB-Sampler, KLASS, WINO and Saber follow their published code (issue 46, item 4), on the embedded model.
 
-    python tests/fidelity_run.py --published /tmp/published --items 10      # writes assets/bench/fidelity.{json,md}
+    PYTHONPATH=/tmp/published:/tmp/published/dicorel python tests/fidelity_run.py --published /tmp/published --items 10
+    # writes assets/bench/fidelity.{json,md}; the published modules are imported from PYTHONPATH, as published
 
 Three agreements per method and mode, greedy, gen 96 (non-AR; semi-AR with blocks of 32), on held-out items of every
 family (``dico.embedded.tasks``), each as steps identical and runs identical (every step, the pass count and the final
@@ -31,7 +32,6 @@ import argparse
 import contextlib
 import io
 import json
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -39,13 +39,12 @@ from types import SimpleNamespace
 import torch
 from torch.overrides import TorchFunctionMode
 
+import dico
+import reference_decoders as ref  # beside this script: Python puts the script's folder on its path
+from dico.embedded import tasks
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT), str(HERE)]
-
-import dico  # noqa: E402
-import reference_decoders as ref  # noqa: E402
-from dico.embedded import tasks  # noqa: E402
 
 LLADA_MASK = 126336
 GEN_LENGTH, BLOCK_LENGTH = 96, 32
@@ -55,6 +54,8 @@ REFERENCES = {"eb": ref.eb_sampler, "klass": ref.klass, "wino": ref.wino, "saber
 # dico's method and settings for each: the DiCo release's KLASS port is KLASS forgetting its history at each block
 PROJECT = {"eb": ("eb", {}), "klass": ("klass", {}), "wino": ("wino", {}), "saber": ("saber", {}),
            "klass-port": ("klass", {"reset_each_block": True})}
+# The project's conventions for each: KLASS and WINO score in float64 as their code does (docs/decoding.md §7)
+PROJECT_CONVENTIONS = {"klass": ref.Conventions(precision=True), "wino": ref.Conventions(precision=True)}
 KEYS = ("committed", "tokens", "remasked", "overwritten", "rewritten", "outside")
 SWITCHES = {"mask token": ref.Conventions(mask_token=True), "precision": ref.Conventions(precision=True),
             "tie order": ref.Conventions(torch_order=True)}
@@ -216,7 +217,8 @@ def measure(predictor, methods: list[str], items: int, causes_items: int, log, d
                     memo = Memo(predictor)
                     pub = published(method, predictor, ids, width, memo)
                     mine = reference(method, predictor, ids, width, ref.PUBLISHED, memo)
-                    ours = reference(method, predictor, ids, width, ref.PROJECT, memo)
+                    ours = reference(method, predictor, ids, width, PROJECT_CONVENTIONS.get(method, ref.PROJECT),
+                                     memo)
                     try:
                         lead = project(method, predictor, item.prompt, mode)
                     except Exception as error:     # a method not (yet) in dico: recorded, not hidden
@@ -301,6 +303,15 @@ def markdown(table: list[dict], command: str, items: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _check_importable(folder: Path) -> None:
+    """The published modules come from PYTHONPATH (this script never edits the import path): say so if they don't."""
+    import importlib.util
+    for name in ("llada_klass", "wino_decoding", "saber_decoding", "dllm"):
+        if importlib.util.find_spec(name) is None:
+            raise SystemExit(f"error: published: cannot import {name!r}; run with "
+                             f"PYTHONPATH={folder}:{folder / 'dicorel'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--published", required=True, type=Path, help="folder of the published files (see above)")
@@ -311,11 +322,12 @@ def main() -> None:
                         "this many items of each family (three more reference runs each)")
     parser.add_argument("--out", type=Path, default=OUT, help="writes OUT.json and OUT.md (after every item)")
     args = parser.parse_args()
-    sys.path[:0] = [str(args.published), str(args.published / "dicorel")]
+    _check_importable(args.published)
     torch.set_num_threads(1)
     predictor = dico.load_model()
     started = time.time()
-    command = (f"python tests/fidelity_run.py --published <folder> --items {args.items} --first {args.first} "
+    command = ("PYTHONPATH=<folder>:<folder>/dicorel python tests/fidelity_run.py --published <folder> "
+               f"--items {args.items} --first {args.first} "
                f"--causes-items {args.causes_items} --methods {' '.join(args.methods)}")
 
     def write(rows):
