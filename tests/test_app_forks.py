@@ -245,3 +245,22 @@ def test_the_example_fork_opens_without_a_model(example, monkeypatch):
     assert 'verdict right' in out["answers"] and 'verdict wrong' in out["answers"]
     monkeypatch.setattr(forks, "FORK_EXAMPLE", ROOT / "nothing.json")
     assert forks.open_example()["status"].startswith("**Cannot open the example fork**: file:")
+
+
+def test_the_step_where_they_part_is_marked_in_both_runs_figures(example):
+    import visuals
+    from visuals._common import FORK
+    *race, fork = example
+    at = fork.fork["at"]
+
+    def forks_drawn(fig, axis="y"):
+        return [(s[f"{axis}0"], s[f"{axis}ref"]) for s in fig.layout.shapes if s.name == FORK]
+    assert forks_drawn(visuals.trajectory_figure(fork)) == [(at - 0.5, "y")]
+    assert forks_drawn(visuals.trajectory_figure(race[0])) == []                   # a run that is no fork, alone
+    both = visuals.trajectories_side_by_side(example)
+    parent = [t.name for t in example].index(fork.fork["parent"])
+    assert sorted(forks_drawn(both)) == sorted([(at - 0.5, f"y{parent + 1 if parent else ''}"),
+                                                (at - 0.5, f"y{len(example)}")])
+    assert FORK in [d.name for d in both.data]                                      # and named in the legend
+    assert forks_drawn(visuals.comparison_figure(example), "x") == [(at, "x")]
+    assert forks_drawn(visuals.comparison_figure(race), "x") == []

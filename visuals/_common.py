@@ -35,6 +35,9 @@ SHORTCUT_MARKER = dict(symbol="diamond", size=8, color=OKABE_ITO["green"], line=
 SHORTCUT_HOVER = "committed above the shortcut in Divide: position %{x}, step %{y}<extra></extra>"
 ANSWER_COLOR, PADDING_COLOR, BLOCK_COLOR = COMMIT_COLOR, "#7f7f7f", "#444444"
 REFRESH_COLOR = "#17becf"           # a pass that recomputed the whole KV cache
+# Where a fork and the run it was forked from part (``Trace.fork["at"]``, issue 47): a black dash-dot line, the one
+# dash pattern no other mark uses.
+FORK, FORK_LINE = "fork: the runs part here", dict(color=OKABE_ITO["black"], width=2, dash="dashdot")
 ANSWER_COMMIT, PADDING_COMMIT = "answer commit", "padding commit"
 CONFIDENCES = ("raw", "guided")
 # Viridis is perceptually uniform and readable with every common colour-vision deficiency. The bar stands at the
@@ -246,6 +249,24 @@ def block_lines(trace: Trace, axis: str = "x", ref: str = "x", across: str = "y 
                  **{f"{axis}0": b - 0.5 + offset, f"{axis}1": b - 0.5 + offset, f"{axis}ref": ref,
                     f"{other}0": 0, f"{other}1": 1, f"{other}ref": across})
             for b in block_edges(trace).tolist()]
+
+
+def fork_steps(trace: Trace, traces=()) -> list[int]:
+    """The steps where ``trace`` and a fork part: its own fork's step, and that of each fork of it in ``traces``
+    (a fork names its parent by label). Old traces have no ``fork``."""
+    own = [trace.fork["at"]] if getattr(trace, "fork", None) else []
+    forks = [t.fork["at"] for t in traces if t is not trace and getattr(t, "fork", None)
+             and t.fork.get("parent") == trace.name]
+    return sorted(set(own + forks))
+
+
+def fork_lines(steps, axis: str = "y", ref: str = "y", across: str = "x domain", offset: float = -0.5) -> list[dict]:
+    """One dash-dot line per fork step k, at k + ``offset`` on ``axis`` (a trajectory's rows: between step k - 1
+    and step k; the masked-fraction figure's "steps taken": offset 0), spanning the panel along ``across``."""
+    other = "y" if axis == "x" else "x"
+    return [dict(type="line", name=FORK, layer="above", line=FORK_LINE,
+                 **{f"{axis}0": k + offset, f"{axis}1": k + offset, f"{axis}ref": ref,
+                    f"{other}0": 0, f"{other}1": 1, f"{other}ref": across}) for k in steps]
 
 
 def answer_end_line(trace: Trace, xref: str = "x", yref: str = "y domain") -> list[dict]:

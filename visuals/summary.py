@@ -11,6 +11,8 @@ import plotly.graph_objects as go
 from dico.trace import Trace
 from visuals._common import (
     BLOCK_COLOR,
+    FORK,
+    FORK_LINE,
     LEGEND_BELOW,
     PHASE_COLORS,
     REFRESH_COLOR,
@@ -19,6 +21,7 @@ from visuals._common import (
     TEMPLATE,
     Grid,
     cache_kind,
+    fork_lines,
     int_ticks,
     notice,
     refresh_steps,
@@ -153,6 +156,10 @@ def comparison_figure(traces: list[Trace]) -> go.Figure:
                                                                      line=dict(width=2)),
                              hovertemplate=f"{name}<br>a new block starts at step %{{x}}<extra></extra>"))
     steps = max(len(t.steps) for t in traces)
+    parts = sorted({t.fork["at"] for t in traces if getattr(t, "fork", None)})       # where a fork left its parent
+    if parts:
+        data.append(dict(type="scatter", x=[None], y=[None], mode="lines", name=FORK, line=FORK_LINE,
+                         hoverinfo="skip"))
     return go.Figure(data, dict(
         **titled("Still masked after each step: the whole response (solid) and the answer (dashed)",
                  "★ marks the step the answer is complete (answer NFE); after it a method only fills end-of-text "
@@ -160,7 +167,8 @@ def comparison_figure(traces: list[Trace]) -> go.Figure:
                  "passes. Semi-AR: dotted, with a tick where each block starts.", plot=260, b=110),
         xaxis=dict(title="steps taken (forward passes)", range=[0, steps + 1], **int_ticks(steps + 1)),
         yaxis=dict(title="still masked", tickformat=".0%", range=[-0.03, 1.05]),
-        template=TEMPLATE, hovermode="closest", legend=LEGEND_BELOW))
+        template=TEMPLATE, hovermode="closest", legend=LEGEND_BELOW,
+        shapes=fork_lines(parts, "x", "x", "y domain", offset=0.0)))
 
 
 def comparison_table(traces: list[Trace]) -> list[dict]:

@@ -13,6 +13,8 @@ from visuals._common import (
     BLOCK_COLOR,
     CLUSTER_COLOR,
     CONFIDENCE_AXIS,
+    FORK,
+    FORK_LINE,
     FRAME,
     LEGEND_BELOW,
     PADDING_COLOR,
@@ -35,6 +37,8 @@ from visuals._common import (
     cluster_spans,
     commit_markers,
     figure,
+    fork_lines,
+    fork_steps,
     int_ticks,
     labels,
     notice,
@@ -141,10 +145,11 @@ def revised_markers(trace: Trace, g: Grid, legend) -> list[dict]:
                  **legend("commit later taken back"))]
 
 
-def line_keys(trace: Trace, shown: set) -> list[dict]:
+def line_keys(trace: Trace, shown: set, traces=()) -> list[dict]:
     """Legend entries for the lines the figure draws as shapes (which have none): block boundaries (dashed),
-    the answer's end (dotted vermillion) and the step that completed the answer (dotted black)."""
-    keys = []
+    the answer's end (dotted vermillion), the step that completed the answer (dotted black) and where a fork and
+    its parent part (dash-dot, ``traces``: the runs beside it)."""
+    keys = [(FORK, FORK_LINE)] if fork_steps(trace, traces) else []
     if len(block_edges(trace)):
         keys.append(("block boundary (semi-AR)", dict(color=BLOCK_COLOR, width=1.2, dash="dash")))
     if 0 < trace.answer_length < trace.gen_length:
@@ -157,13 +162,14 @@ def line_keys(trace: Trace, shown: set) -> list[dict]:
     return out
 
 
-def _marks(trace: Trace, i: int = 0, shared_y: bool = True) -> list[dict]:
-    """Block boundaries, the answer's end, the step that completed it and the KV cache's refresh passes (a tick at
-    the left edge), on panel i."""
+def _marks(trace: Trace, i: int = 0, shared_y: bool = True, traces=()) -> list[dict]:
+    """Block boundaries, the answer's end, the step that completed it, the KV cache's refresh passes (a tick at
+    the left edge) and where a fork parts from its parent (either of them among ``traces``), on panel i."""
     g, axes = Grid(trace), axis_ids(i, shared_y)
     x, y = axes["xaxis"], axes["yaxis"]
     return (block_lines(trace, "x", x, f"{y} domain") + answer_end_line(trace, x, f"{y} domain")
-            + answer_complete_line(trace, g, f"{x} domain", y) + refresh_ticks(trace, f"{x} domain", y))
+            + answer_complete_line(trace, g, f"{x} domain", y) + refresh_ticks(trace, f"{x} domain", y)
+            + fork_lines(fork_steps(trace, traces), "y", y, f"{x} domain"))
 
 
 def _status(trace: Trace) -> str:
@@ -215,8 +221,8 @@ def trajectories_side_by_side(traces: list[Trace], show_clusters: bool = True, s
             layout[f"yaxis{suffix}"] = {**layout.get(f"yaxis{suffix}", {}),
                                         **step_axis(t, longest if shared_steps else None),
                                         "title": STEP_AXIS["title"] if not i else ""}
-    shapes = [s for i, t in enumerate(traces) for s in _marks(t, i, shared_steps)]
-    data += [key for t in traces for key in line_keys(t, shared)]
+    shapes = [s for i, t in enumerate(traces) for s in _marks(t, i, shared_steps, traces)]
+    data += [key for t in traces for key in line_keys(t, shared, traces)]
     return figure(data, dict(layout, **titled("Decoding trajectories side by side", how_to_read(confidence),
                                               plot=PLOT_PX, t=48, **FRAME),
                              coloraxis=CONFIDENCE_AXIS, template=TEMPLATE, legend=LEGEND_BELOW, shapes=shapes))
