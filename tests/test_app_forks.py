@@ -264,3 +264,21 @@ def test_the_step_where_they_part_is_marked_in_both_runs_figures(example):
     assert FORK in [d.name for d in both.data]                                      # and named in the legend
     assert forks_drawn(visuals.comparison_figure(example), "x") == [(at, "x")]
     assert forks_drawn(visuals.comparison_figure(race), "x") == []
+
+
+def test_the_served_api_forks_a_downloaded_bundle(app_url, shown, predictor):
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+
+    from dico_ui.outputs import RESULTS
+    client = Client(app_url, verbose=False)
+    assert "/fork" in client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    out = dict(zip(RESULTS, client.predict(bundle_json(shown), "Top-4 per step", 1, {"force": {"3": "Lake"}}, None,
+                                           api_name="/fork")))
+    assert out["status"].startswith("Done"), out["status"]
+    bundle = read_traces(Path(out["download"]).read_bytes())
+    expected = dico.fork(predictor, shown[0], at=1, force={3: "Lake"})
+    assert [t.name for t in bundle] == [t.name for t in shown] + [expected.name]
+    assert bundle[-1].text == expected.text and bundle[-1].fork == expected.fork
+    with pytest.raises(AppError, match="remask: must list positions"):
+        client.predict(bundle_json(shown), "", 1, {"remask": 3}, None, api_name="/fork")
