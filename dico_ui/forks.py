@@ -29,6 +29,7 @@ from dico.settings import SETTINGS
 from dico.state import decode_fork
 from dico.trace import MAX_JSON_BYTES, Trace, bundle_json, read_traces
 from dico_ui import render, runs
+from dico_ui.limits import LIMITS
 from dico_ui.models import get_predictor, gpu
 from dico_ui.outputs import figure, friendly, results
 from dico_ui.race import Frame, LaneRun, own_time
@@ -77,6 +78,9 @@ def check_room(shown, parent: Trace, at: int) -> None:
                          "fewer lanes to make room for a fork")
     if not 0 <= at <= len(parent.steps):
         raise ValueError(f"at: must be a step of the run, 0..{len(parent.steps)}, got {at}")
+    if parent.gen_length > LIMITS.max_gen_length:
+        raise ValueError(f"trace: decodes {parent.gen_length} positions, over the {LIMITS.max_gen_length} a run may "
+                         "ask for here")
 
 
 def continue_with(lane) -> tuple[str | None, object]:
