@@ -35,7 +35,7 @@ FACTORS = (0.5, 1.0, 2.0, 4.0)
 EB_GAMMAS = (0.01, 0.1, 0.5, 1.0, 2.0)
 KLASS_CONFIDENCES = (0.5, 0.7, 0.9, 0.95, 0.99)
 WINO_THRESHOLDS = (0.3, 0.5, 0.6, 0.8, 0.9)
-SABER_NS = (2, 4, 8, 16)              # from its default up: fewer commits a pass than n = 2 cost the most passes
+SABER_NS = (2, 4, 8, 16)              # from its default up
 
 
 def naive_topk(k: int, gen_length: int) -> tuple[str, dict]:
