@@ -22,7 +22,7 @@ import torch
 
 import dico
 from dico.batch import generate_batch
-from standins import REMOTE_WORDS, remote_model_folder          # run as a script: tests/ is the first import path
+from standins import REMOTE_WORDS, remote_model_folder  # run as a script: tests/ is the first import path
 
 SHAPE = dict(d_model=4096, n_heads=32, mlp_hidden_size=12288, n_layers=4, max_sequence_length=512)
 GEN, BLOCK, PROMPT_WORDS, ROUNDS = 256, 32, 120, 2

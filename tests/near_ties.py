@@ -52,28 +52,44 @@ def first_difference(reference: list[list], text: str, trace) -> str | None:
         return f"{len(trace.steps)} steps, the reference took {len(reference)}"
     ahead: set[int] = set()     # committed by the run, not yet by the reference
     owed: set[int] = set()      # committed by the reference, not yet by the run
-    for k, (s, (phase, committed, _, seeds, clusters, ties)) in enumerate(zip(trace.steps, reference)):
-        where = f"step {k}"
-        for field, mine, theirs in (("phase", s.phase, phase), ("seeds", s.seeds, seeds), ("clusters", s.clusters, clusters)):
-            if mine != theirs:
-                return f"{where}: {field} {mine} != {theirs}"
-        if len(s.committed) != len(committed):
-            return f"{where}: {len(s.committed)} commits, the reference made {len(committed)}"
-        wrong = [(p, t) for p, t in zip(s.committed, s.tokens) if token_of.get(p) != t]
-        if wrong:
-            return f"{where}: (position, token) {wrong} differ from the reference's"
-        mine, theirs = set(s.committed), set(committed)
-        for differ, paid, pending, what in ((mine - theirs, owed, ahead, "committed {}, which the reference did not"),
-                                            (theirs - mine, ahead, owed, "left {} masked, which the reference committed")):
-            for p in sorted(differ):      # a difference pays back an earlier one, or starts one among near ties
-                if p in paid:
-                    paid.remove(p)
-                elif p in ties:
-                    pending.add(p)
-                else:
-                    return f"{where}: {what.format(p)} and which is not near-tied {ties}"
+    for k, (s, step) in enumerate(zip(trace.steps, reference)):
+        problem = _exact_difference(s, step, token_of) or _order_difference(s, step, ahead, owed)
+        if problem:
+            return f"step {k}: {problem}"
     if ahead or owed:
         return f"the run committed {sorted(ahead)} that the reference never did, and never {sorted(owed)}"
     if trace.text != text:
         return f"text {trace.text!r} != {text!r}"
+    return None
+
+
+def _exact_difference(s, step: list, token_of: dict) -> str | None:
+    """What must match exactly at one step: phase, seeds, clusters, the number of commits and their tokens."""
+    phase, committed, _, seeds, clusters, _ = step
+    for field, mine, theirs in (("phase", s.phase, phase), ("seeds", s.seeds, seeds),
+                                ("clusters", s.clusters, clusters)):
+        if mine != theirs:
+            return f"{field} {mine} != {theirs}"
+    if len(s.committed) != len(committed):
+        return f"{len(s.committed)} commits, the reference made {len(committed)}"
+    wrong = [(p, t) for p, t in zip(s.committed, s.tokens) if token_of.get(p) != t]
+    if wrong:
+        return f"(position, token) {wrong} differ from the reference's"
+    return None
+
+
+def _order_difference(s, step: list, ahead: set[int], owed: set[int]) -> str | None:
+    """Which positions one step commits, up to near ties: updates ``ahead`` and ``owed`` (see first_difference)."""
+    committed, ties = step[1], step[5]
+    mine, theirs = set(s.committed), set(committed)
+    for differ, paid, pending, what in ((mine - theirs, owed, ahead, "committed {}, which the reference did not"),
+                                        (theirs - mine, ahead, owed,
+                                         "left {} masked, which the reference committed")):
+        for p in sorted(differ):      # a difference pays back an earlier one, or starts one among near ties
+            if p in paid:
+                paid.remove(p)
+            elif p in ties:
+                pending.add(p)
+            else:
+                return f"{what.format(p)} and which is not near-tied {ties}"
     return None

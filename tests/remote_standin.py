@@ -42,7 +42,8 @@ class LladaStandinConfig(PretrainedConfig):
         self.n_heads, self.n_kv_heads, self.n_layers = n_heads, n_kv_heads, n_layers
         self.mlp_hidden_size, self.max_sequence_length = mlp_hidden_size, max_sequence_length
         self.rope_theta, self.rms_norm_eps, self.rope, self.alibi = rope_theta, rms_norm_eps, rope, alibi
-        self.block_type, self.include_qkv_bias, self.attention_layer_norm = block_type, include_qkv_bias, attention_layer_norm
+        self.block_type, self.include_qkv_bias = block_type, include_qkv_bias
+        self.attention_layer_norm = attention_layer_norm
         self.weight_tying, self.input_emb_norm, self.scale_logits = weight_tying, input_emb_norm, scale_logits
         self.rope_full_precision, self.mask_token_id = rope_full_precision, mask_token_id
         self.end_token_id, self.end_positions, self.keep_probs = end_token_id, end_positions, keep_probs

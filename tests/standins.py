@@ -22,10 +22,10 @@ import math
 import os
 import re
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -338,7 +338,8 @@ def remote_model_folder(path: Path, kind: str, seed: int = 0, **config) -> Path:
     else:
         (path / "vocab.json").write_text(json.dumps(vocab))
         (path / "tokenizer_config.json").write_text(json.dumps({
-            "tokenizer_class": "StandinTokenizer", "auto_map": {"AutoTokenizer": ["modeling_standin.StandinTokenizer", None]},
+            "tokenizer_class": "StandinTokenizer",
+            "auto_map": {"AutoTokenizer": ["modeling_standin.StandinTokenizer", None]},
             "chat_template": template, "eos_token": "<|endoftext|>", "unk_token": "<unk>", "pad_token": "<pad>"}))
     names = {"llada": ("LladaStandinConfig", "LladaStandin"), "dream": ("DreamStandinConfig", "DreamStandin")}[kind]
     torch.manual_seed(seed)
@@ -403,7 +404,8 @@ def run(script, n: int, *, then=None, method: str = "dico", mode: str = "non-ar"
         **settings) -> dico.Trace:
     """Decode with a scripted predictor; every forward pass must become a step (no pass thrown away)."""
     predictor = scripted(script, n, then=then)
-    trace = dico.generate(predictor, RULE_PROMPT, method, mode=mode, gen_length=n, block_length=block_length, **settings)
+    trace = dico.generate(predictor, RULE_PROMPT, method, mode=mode, gen_length=n, block_length=block_length,
+                          **settings)
     assert len(predictor.model.calls) == trace.nfe == len(trace.steps)
     return trace
 

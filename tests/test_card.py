@@ -1,4 +1,5 @@
-"""The model card's measures score what they say: an oracle gets everything, a model that ignores the prompt gets little."""
+"""The model card's measures score what they say: an oracle gets everything, a model that ignores the prompt gets
+little."""
 import re
 
 import pytest

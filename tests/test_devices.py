@@ -97,12 +97,12 @@ def test_each_step_brings_one_small_transfer_to_the_host(gpu):
     TRANSFERS.clear()
     with accelerator():
         trace = dico.generate(gpu, PROMPT, "dico", **RUN)
-    assert TRANSFERS == [("cpu", 3 * RUN["gen_length"])] * trace.nfe         # conf, pred, margin in one copy
+    assert [("cpu", 3 * RUN["gen_length"])] * trace.nfe == TRANSFERS         # conf, pred, margin in one copy
     TRANSFERS.clear()
     with accelerator():
         trace = dico.generate(gpu, PROMPT, "vanilla", **RUN, steps=8, remasking="entropy", capture_attention=True)
     n = RUN["gen_length"]
-    assert TRANSFERS == [("cpu", 4 * n)] * trace.nfe + [("cpu", 3 * n * (n + 1))]   # + the stage maps, once
+    assert [("cpu", 4 * n)] * trace.nfe + [("cpu", 3 * n * (n + 1))] == TRANSFERS   # + the stage maps, once
 
 
 # ============================================================================ LLaDA- and Dream-shaped models
@@ -159,7 +159,7 @@ def test_a_cached_decode_gives_on_the_accelerator_what_it_gives_on_the_cpu(cpu, 
     TRANSFERS.clear()
     with accelerator():
         trace = dico.generate(gpu, PROMPT, method, mode=mode, **RUN, cache=kind)
-    assert TRANSFERS == [("cpu", 3 * RUN["gen_length"])] * trace.nfe     # still one small copy a step
+    assert [("cpu", 3 * RUN["gen_length"])] * trace.nfe == TRANSFERS     # still one small copy a step
 
 
 @pytest.mark.parametrize("kind", ["llada", "dream"])

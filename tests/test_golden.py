@@ -116,7 +116,8 @@ CHANGES = {"token": (lambda steps: steps[3][2].__setitem__(0, steps[3][2][0] + 1
 
 
 @pytest.mark.parametrize("name, change", [(name, change) for name in ("4-vanilla-non-ar", "0-dico-semi-ar")
-                                          for change in CHANGES if (change, name) != ("commit-count", "4-vanilla-non-ar")])
+                                          for change in CHANGES
+                                          if (change, name) != ("commit-count", "4-vanilla-non-ar")])
 def test_a_changed_token_phase_seed_cluster_count_or_text_fails(name, change):
     edit, found = CHANGES[change]           # (Vanilla commits one position a step: no count to move)
     problem = _edited(name, edit)

@@ -38,7 +38,7 @@ def test_the_chosen_example_is_one_where_only_naive_top_k_is_wrong_and_dico_fini
                c: ([right[c], "I pick", right[c], right[c]], 7),       # the lesson, DiCo's answer at step 7
                d: ([right[d], "I pick", right[d], "I pick"], 5),       # DiCo broke too: not the lesson
                e: (["I pick", "I pick", right[e], right[e]], 4),       # Vanilla wrong: not the lesson
-               f: ([right[f], "I pick", right[f], right[f]], 7)}       # ties c on DiCo and Fast-dLLM: the shorter prompt wins
+               f: ([right[f], "I pick", right[f], right[f]], 7)}       # ties c on DiCo and Fast-dLLM: shorter one wins
     monkeypatch.setattr(examples, "race_traces", _race(answers))
     item, traces, found = examples.choose(None, ("pick",), 6, progress=False)
     expected = min((PICKS[2], PICKS[5]), key=lambda i: len(i.prompt))

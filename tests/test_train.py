@@ -1,7 +1,7 @@
 """Training smoke test: a few steps of the real command on a tiny config, loaded back like a hub model."""
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +21,8 @@ def tokenizer():
 def _train(out, *extra):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-m", "dico.embedded.train", "--out", str(out), "--batch-size", "4",
-                           "--hidden", "32", "--layers", "1", "--heads", "2", "--max-gen", "64", "--threads", "1", "--log-every", "1",
+                           "--hidden", "32", "--layers", "1", "--heads", "2", "--max-gen", "64", "--threads", "1",
+                           "--log-every", "1",
                            *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
 
 
@@ -40,7 +41,7 @@ def test_training_command_writes_a_model_that_loads_back_and_resumes_where_it_st
     assert predictor.kind == "masked-lm" and predictor.mask_id == predictor.tokenizer.mask_token_id
     assert predictor.unknown_words("Nora finds 5 shells at the beach, señor 😀") == []
     trace = dico.generate(predictor, "Tom has 5 apples. How many apples does Tom have now?", "dico", gen_length=16)
-    assert trace.nfe >= 1 and all(not s.committed == [] for s in trace.steps)
+    assert trace.nfe >= 1 and all(s.committed != [] for s in trace.steps)
 
     before = torch.load(out / "trainer_state.pt", weights_only=False)
     result = _train(out, "--resume", "--max-steps", "5")
@@ -193,7 +194,7 @@ def test_tail_rows_hide_the_whole_answer_and_a_few_end_of_text_tokens_the_rest_o
         assert hidden.tolist() == list(range(hidden[0].item(), hidden[-1].item() + 1))     # one span from the start
         reach.append(int((extra[row] & eos[row]).sum()))
         assert (response[row] & ~extra[row]).any()                                       # some tail stays shown
-    assert 0 <= min(reach) and max(reach) <= 12 and len(set(reach)) > 3
+    assert min(reach) >= 0 and max(reach) <= 12 and len(set(reach)) > 3
 
 
 @pytest.mark.parametrize("wording", ["free", "equal", "shifted", "usual", "plain"])

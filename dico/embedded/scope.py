@@ -60,29 +60,51 @@ def outside(prompt: str, trained=FAMILIES) -> list[str]:
     if numbers and max(numbers) > MAX_NUMBER:
         reasons.append(f"numbers above {MAX_NUMBER} were never computed with")
     if shape == "word":
-        if not WORD_START[0] <= numbers[0] <= WORD_START[1]:
-            reasons.append(f"it starts from {numbers[0]}; word problems were trained to start from "
-                           f"{WORD_START[0]} to {WORD_START[1]}")
-        if len(numbers) > 4:
-            reasons.append(f"{len(numbers) - 1} changes; word problems were trained with 1 to 3")
+        reasons += _word_reasons(numbers)
     elif shape in ("pick", "team"):
-        listing = max(re.split(r"[.?:]", prompt), key=lambda sentence: sentence.count(","))
-        offered = listing.rsplit(" and ", 1)[0].count(",") + (2 if " and " in listing else 1)
-        if shape == "pick" and re.search(r"\b(four|five|six|seven|eight|nine|ten)\b", prompt, re.IGNORECASE):
-            reasons.append("picks of two or three things were trained")
-        if offered > 5:
-            reasons.append("lists of at most five things to choose from were trained")
+        reasons += _choice_reasons(prompt, shape)
     elif shape == "list":
-        span = _NUMBER_LIST.search(prompt)
-        items = [int(n) for n in re.findall(r"\d+", span.group())] if span else numbers
-        rest = [int(n) for n in re.findall(r"\d+", prompt[:span.start()] + prompt[span.end():])] if span else []
-        if not LIST_ITEMS[0] <= len(items) <= LIST_ITEMS[1]:
-            reasons.append(f"a list of {len(items)}; lists were trained with {LIST_ITEMS[0]} to {LIST_ITEMS[1]} "
-                           "numbers")
-        if max(items) > DRILL_TOP:
-            reasons.append(f"list numbers were trained up to {DRILL_TOP}")
-        if any(k > DRILL_STEP for k in rest):
-            reasons.append(f"lists were trained to add or take away 1 to {DRILL_STEP}")
-        if rest and _SUBTRACT.search(prompt) and max(rest) > min(items):
-            reasons.append("results below 0 were never trained")
+        reasons += _list_reasons(prompt, numbers)
+    return reasons
+
+
+def _word_reasons(numbers: list[int]) -> list[str]:
+    """A word problem's start and number of changes against the trained ranges."""
+    reasons = []
+    if not WORD_START[0] <= numbers[0] <= WORD_START[1]:
+        reasons.append(f"it starts from {numbers[0]}; word problems were trained to start from "
+                       f"{WORD_START[0]} to {WORD_START[1]}")
+    if len(numbers) > 4:
+        reasons.append(f"{len(numbers) - 1} changes; word problems were trained with 1 to 3")
+    return reasons
+
+
+def _choice_reasons(prompt: str, shape: str) -> list[str]:
+    """A pick or team task's count to pick and the number of things offered (read from the sentence with the most
+    commas) against the trained ones."""
+    reasons = []
+    listing = max(re.split(r"[.?:]", prompt), key=lambda sentence: sentence.count(","))
+    offered = listing.rsplit(" and ", 1)[0].count(",") + (2 if " and " in listing else 1)
+    if shape == "pick" and re.search(r"\b(four|five|six|seven|eight|nine|ten)\b", prompt, re.IGNORECASE):
+        reasons.append("picks of two or three things were trained")
+    if offered > 5:
+        reasons.append("lists of at most five things to choose from were trained")
+    return reasons
+
+
+def _list_reasons(prompt: str, numbers: list[int]) -> list[str]:
+    """A list task's length, items and step (the numbers outside the list) against the trained ranges."""
+    reasons = []
+    span = _NUMBER_LIST.search(prompt)
+    items = [int(n) for n in re.findall(r"\d+", span.group())] if span else numbers
+    rest = [int(n) for n in re.findall(r"\d+", prompt[:span.start()] + prompt[span.end():])] if span else []
+    if not LIST_ITEMS[0] <= len(items) <= LIST_ITEMS[1]:
+        reasons.append(f"a list of {len(items)}; lists were trained with {LIST_ITEMS[0]} to {LIST_ITEMS[1]} "
+                       "numbers")
+    if max(items) > DRILL_TOP:
+        reasons.append(f"list numbers were trained up to {DRILL_TOP}")
+    if any(k > DRILL_STEP for k in rest):
+        reasons.append(f"lists were trained to add or take away 1 to {DRILL_STEP}")
+    if rest and _SUBTRACT.search(prompt) and max(rest) > min(items):
+        reasons.append("results below 0 were never trained")
     return reasons

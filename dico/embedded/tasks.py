@@ -120,6 +120,166 @@ def _start_value(rng: random.Random) -> int:
     return rng.randint(WORD_START[0], 20) if rng.random() < 0.65 else rng.randint(21, WORD_START[1])
 
 
+@dataclass(frozen=True)
+class _Story:
+    """One word problem's fixed parts, drawn once: who has what, where things may happen, how its answer is worded
+    (see dico.embedded.wordings). Its methods draw each sentence from ``rng`` in the order the problem reads, so the
+    seeded splits stay what they are."""
+    rng: random.Random
+    name: str
+    obj: str
+    he: str
+    his: str
+    places: list
+    wording: str = "free"
+    train: bool = False     # the training data's extra wordings, never in the held-out split
+
+    @property
+    def equal(self) -> bool:
+        return self.wording == "equal"
+
+    @property
+    def shifted(self) -> bool:
+        return self.wording in SHIFTED_KIND
+
+    @property
+    def usual(self) -> bool:
+        return self.wording in USUAL_KIND
+
+    def other(self) -> str:
+        rng = self.rng
+        r = rng.random()
+        if r < 0.45:
+            return f"{self.his} {_pick(rng, KIN)}"
+        if r < 0.7:
+            return _pick(rng, OTHERS)
+        return _pick(rng, NAMES)     # another person's name: training names only, never the one asked about
+
+    def place(self) -> str:
+        return f" {_pick(self.rng, self.places)}" if self.rng.random() < 0.35 else ""
+
+    def facts(self, value: int, adj: str) -> list[str]:
+        """The question's opening: how many the person has, sometimes followed by an idle sentence."""
+        rng, name, obj, place = self.rng, self.name, self.obj, self.place
+        He, His = self.he.capitalize(), self.his.capitalize()
+        question = [_pick(rng, [f"{name} has {value} {obj}.", f"{name} owns {value} {obj}.",
+                                f"At first, {name} has {value} {obj}.", f"{name} starts the day with {value} {obj}.",
+                                f"There are {value} {obj} in {name}'s box.", f"{name} collects {obj} and has {value}.",
+                                f"{name} has a bag with {value} {obj} in it.", f"{name} keeps {value} {obj}{place()}.",
+                                f"{name} counts {value} {obj}{place()}."])]
+        if rng.random() < 0.3:
+            question.append(_pick(rng, [f"{He} likes {obj} a lot.", f"The {obj} are {adj}.", "It is a sunny day.",
+                                        f"{He} keeps them in a bag.", f"{His} {_pick(rng, KIN)} likes {obj} too.",
+                                        f"Some of the {obj} are {adj}."]))
+        return question
+
+    def start(self, value: int) -> str:
+        """The worked answer's first sentence."""
+        rng, name, obj = self.rng, self.name, self.obj
+        if self.equal or self.shifted:
+            starts = [f"{name} starts with {value} {obj}.", f"{name} begins with {value} {obj}.",
+                      f"{name} first has {value} {obj}."]
+            return _pick(rng, starts * 2)
+        return _pick(rng, [f"{name} starts with {value} {obj}.", f"At first there are {value} {obj}.",
+                           f"{name} begins with {value}.", f"We start from {value} {obj}.",
+                           f"{name} has {value} {obj} at the start.", f"First, {name} has {value} {obj}."])
+
+    def step(self, equation: str, leads=STEP_LEADS) -> str:
+        """A worked step in the equal wording."""
+        he, He = self.he, self.he.capitalize()
+        return _pick(self.rng, [f"{lead.format(he=he, He=He)} {equation} {self.obj}." for lead in leads])
+
+    def shifted_step(self, op: str, equation: str, b: int = 0) -> str:
+        """A worked step in the shifted wordings (the usual ones take a step's first form most of the time)."""
+        options = SHIFTED_STEPS[op]
+        lead, trail = usual_pick(self.rng, options, f"{self.name}|{equation}") if self.usual else \
+            _pick(self.rng, options)
+        return f"{lead.format(he=self.he, He=self.he.capitalize(), b=b)} {equation} {self.obj}{trail}."
+
+    def change(self, op: str, value: int) -> tuple[str, str, int]:
+        """One change to the count ("add", "sub" or "double"): the question's sentence, the answer's worked step and
+        the new count."""
+        return {"add": self._add, "sub": self._take_away, "double": self._double}[op](value)
+
+    def _add(self, value: int) -> tuple[str, str, int]:
+        rng, name, obj, he, other, place = self.rng, self.name, self.obj, self.he, self.other, self.place
+        He = he.capitalize()
+        b = rng.randint(1, 9) if rng.random() < 0.8 else rng.randint(10, 20)
+        new = value + b
+        asked = _pick(rng, [f"{He} buys {b} more {obj}{place()}.", f"{He} finds {b} more{place()}.",
+                            f"{He} buys {b} more{place()}.", f"{He} finds {b} more {obj}{place()}.",
+                            f"Then {other()} gives {name} {b} {obj}{place()}.",
+                            f"{He} gets {b} more {obj}{place()}.", f"{He} wins {b} {obj}{place()}.",
+                            f"{other().capitalize()} gives {him(he)} {b} more{place()}."])
+        worked = (self.step(f"{value} + {b} = {new}") if self.equal else
+                  self.shifted_step("add", f"{value} + {b} = {new}", b) if self.shifted else
+                  _pick(rng, [f"{He} gets {b} more, so {value} + {b} = {new}.",
+                              f"Adding {b} gives {value} + {b} = {new}.",
+                              f"{value} + {b} = {new} {obj}.",
+                              f"Now {he} has {value} + {b} = {new} {obj}.",
+                              f"Then {name} has {value} + {b} = {new} {obj}."]))
+        return asked, worked, new
+
+    def _take_away(self, value: int) -> tuple[str, str, int]:
+        rng, name, obj, he, other, place = self.rng, self.name, self.obj, self.he, self.other, self.place
+        He = he.capitalize()
+        b = rng.randint(1, min(9, value)) if rng.random() < 0.85 or value < 10 else rng.randint(10, value)
+        new = value - b
+        asked = _pick(rng, [f"{He} gives {b} {obj} to {other()}{place()}.",
+                            f"{He} gives {b} of them to {other()}{place()}.",
+                            f"{He} loses {b} of them{place()}.", f"Then {he} uses {b} {obj}{place()}.",
+                            f"{He} sells {b} {obj}{place()}.", f"{He} eats {b}{place()}."
+                            if obj in _EDIBLE else f"{He} breaks {b} {obj}{place()}."]
+                      # "Then she gives 3 shells to her brother" (issue 16) was read as the
+                      # addition "Then her brother gives ...": the training wording has both.
+                      + ([f"Then {he} gives {b} {obj} to {other()}{place()}."] if self.train else []))
+        worked = (self.step(f"{value} - {b} = {new}") if self.equal else
+                  self.shifted_step("sub", f"{value} - {b} = {new}") if self.shifted else
+                  _pick(rng, [f"{He} gives away {b}, so {value} - {b} = {new}.",
+                              f"Taking away {b} leaves {value} - {b} = {new}.",
+                              f"{value} - {b} = {new} {obj} are left.",
+                              f"Now {he} has {value} - {b} = {new} {obj}.",
+                              f"Then {name} has {value} - {b} = {new} {obj}."]))
+        return asked, worked, new
+
+    def _double(self, value: int) -> tuple[str, str, int]:
+        rng, obj, he, his, place = self.rng, self.obj, self.he, self.his, self.place
+        new = value * 2
+        asked = _pick(rng, [f"Then the number of {obj} doubles{place()}.",
+                            f"{he.capitalize()} doubles {his} {obj}{place()}.",
+                            f"Later {he} has twice as many {obj} as before."])
+        worked = (self.step(f"{value} * 2 = {new}", STEP_LEADS[:3]) if self.equal else
+                  self.shifted_step("double", f"{value} * 2 = {new}") if self.shifted else
+                  _pick(rng, [f"Doubling gives {value} * 2 = {new}.",
+                              f"Twice {value} is {value} * 2 = {new}.",
+                              f"The {obj} double, so {value} * 2 = {new}."]))
+        return asked, worked, new
+
+    def ask(self) -> str:
+        """The question's last sentence."""
+        name, obj = self.name, self.obj
+        return _pick(self.rng, [f"How many {obj} does {name} have now?",
+                                f"How many {obj} does {name} have in the end?",
+                                f"How many {obj} does {name} have left?",
+                                f"How many {obj} are there at the end?",
+                                f"How many {obj} does {self.he} have now?"])
+
+    def answer(self, solution: list[str], value: int) -> str:
+        """The whole worked answer: an opening, the steps, a summary in the free wording, the closing line."""
+        rng, name, obj, he = self.rng, self.name, self.obj, self.he
+        if self.equal or self.shifted:      # as many draws as the free wording: opening, summary, closing
+            opening = _pick(rng, ["", "", "Let us solve it. ", "Let us think. ", "Step by step. "])
+            opening = opening if self.shifted else ""
+            rng.randrange(3)
+            closings = SHIFTED_CLOSINGS[opening] if self.shifted else CLOSINGS
+            closing = usual_pick(rng, closings, f"{name}|{obj}|{value}") if self.usual else _pick(rng, closings)
+            return opening + " ".join(solution) + " " + closing.format(he=he, He=he.capitalize(), v=value)
+        opening = _pick(rng, ["", "", "Let us solve it step by step. ", "Let us think. ", "We go step by step. "])
+        summary = _pick(rng, ["", f"In the end {name} has {value} {obj}. ", f"So {name} has {value} {obj} now. "])
+        closing = _pick(rng, [f"The answer is {value}.", f"So the answer is {value}.", f"Final answer: {value}."])
+        return opening + " ".join(solution) + " " + summary + closing
+
+
 def _word_item(rng: random.Random, held_out: bool = False, invented: bool = False, train: bool = False,
                wording: str = "free") -> Item:
     """One word problem and its worked answer; ``train`` adds wordings the held-out split never shows; ``wording``
@@ -130,117 +290,21 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
     obj = _pick(rng, HELD_OUT_OBJECTS if held_out else OBJECTS)
     if invented:
         name, obj = _pick(rng, WORDS).capitalize(), _pick(rng, WORDS)
-    places = HELD_OUT_PLACES if held_out else PLACES
     he, his = ("he", "his") if male else ("she", "her")
-    He, His = he.capitalize(), his.capitalize()
+    story = _Story(rng, name, obj, he, his, HELD_OUT_PLACES if held_out else PLACES, wording, train)
     adj = _pick(rng, ADJECTIVES)
-
-    def other():
-        r = rng.random()
-        if r < 0.45:
-            return f"{his} {_pick(rng, KIN)}"
-        if r < 0.7:
-            return _pick(rng, OTHERS)
-        return _pick(rng, NAMES)     # another person's name: training names only, never the one asked about
-
-    def place():
-        return f" {_pick(rng, places)}" if rng.random() < 0.35 else ""
-
     value = _start_value(rng)
-    question = [_pick(rng, [f"{name} has {value} {obj}.", f"{name} owns {value} {obj}.",
-                            f"At first, {name} has {value} {obj}.", f"{name} starts the day with {value} {obj}.",
-                            f"There are {value} {obj} in {name}'s box.", f"{name} collects {obj} and has {value}.",
-                            f"{name} has a bag with {value} {obj} in it.", f"{name} keeps {value} {obj}{place()}.",
-                            f"{name} counts {value} {obj}{place()}."])]
-    if rng.random() < 0.3:
-        question.append(_pick(rng, [f"{He} likes {obj} a lot.", f"The {obj} are {adj}.", "It is a sunny day.",
-                                    f"{He} keeps them in a bag.", f"{His} {_pick(rng, KIN)} likes {obj} too.",
-                                    f"Some of the {obj} are {adj}."]))
-    equal, shifted, usual = wording == "equal", wording in SHIFTED_KIND, wording in USUAL_KIND
-    if equal or shifted:
-        starts = [f"{name} starts with {value} {obj}.", f"{name} begins with {value} {obj}.",
-                  f"{name} first has {value} {obj}."]
-        solution = [_pick(rng, starts * 2)]
-    else:
-        solution = [_pick(rng, [f"{name} starts with {value} {obj}.", f"At first there are {value} {obj}.",
-                                f"{name} begins with {value}.", f"We start from {value} {obj}.",
-                                f"{name} has {value} {obj} at the start.", f"First, {name} has {value} {obj}."])]
-
-    def step(equation: str, leads=STEP_LEADS) -> str:
-        return _pick(rng, [f"{lead.format(he=he, He=He)} {equation} {obj}." for lead in leads])
-
-    def shifted_step(op: str, equation: str, b: int = 0) -> str:
-        options = SHIFTED_STEPS[op]
-        lead, trail = usual_pick(rng, options, f"{name}|{equation}") if usual else _pick(rng, options)
-        return f"{lead.format(he=he, He=He, b=b)} {equation} {obj}{trail}."
-
+    question = story.facts(value, adj)
+    solution = [story.start(value)]
     for _ in range(rng.choice((1, 2, 2, 3, 3))):
-        ops = ["add", "sub", "sub"] + (["double"] if value <= 50 else [])
-        op = _pick(rng, ops)
+        op = _pick(rng, ["add", "sub", "sub"] + (["double"] if value <= 50 else []))
         if op == "sub" and value < 1:
             op = "add"
-        if op == "add":
-            b = rng.randint(1, 9) if rng.random() < 0.8 else rng.randint(10, 20)
-            new = value + b
-            question.append(_pick(rng, [f"{He} buys {b} more {obj}{place()}.", f"{He} finds {b} more{place()}.",
-                                        f"{He} buys {b} more{place()}.", f"{He} finds {b} more {obj}{place()}.",
-                                        f"Then {other()} gives {name} {b} {obj}{place()}.",
-                                        f"{He} gets {b} more {obj}{place()}.", f"{He} wins {b} {obj}{place()}.",
-                                        f"{other().capitalize()} gives {him(he)} {b} more{place()}."]))
-            solution.append(step(f"{value} + {b} = {new}") if equal else
-                            shifted_step(op, f"{value} + {b} = {new}", b) if shifted else
-                            _pick(rng, [f"{He} gets {b} more, so {value} + {b} = {new}.",
-                                        f"Adding {b} gives {value} + {b} = {new}.",
-                                        f"{value} + {b} = {new} {obj}.",
-                                        f"Now {he} has {value} + {b} = {new} {obj}.",
-                                        f"Then {name} has {value} + {b} = {new} {obj}."]))
-        elif op == "sub":
-            b = rng.randint(1, min(9, value)) if rng.random() < 0.85 or value < 10 else rng.randint(10, value)
-            new = value - b
-            question.append(_pick(rng, [f"{He} gives {b} {obj} to {other()}{place()}.",
-                                        f"{He} gives {b} of them to {other()}{place()}.",
-                                        f"{He} loses {b} of them{place()}.", f"Then {he} uses {b} {obj}{place()}.",
-                                        f"{He} sells {b} {obj}{place()}.", f"{He} eats {b}{place()}."
-                                        if obj in _EDIBLE else f"{He} breaks {b} {obj}{place()}."]
-                                  # "Then she gives 3 shells to her brother" (issue 16) was read as the
-                                  # addition "Then her brother gives ...": the training wording has both.
-                                  + ([f"Then {he} gives {b} {obj} to {other()}{place()}."] if train else [])))
-            solution.append(step(f"{value} - {b} = {new}") if equal else
-                            shifted_step(op, f"{value} - {b} = {new}") if shifted else
-                            _pick(rng, [f"{He} gives away {b}, so {value} - {b} = {new}.",
-                                        f"Taking away {b} leaves {value} - {b} = {new}.",
-                                        f"{value} - {b} = {new} {obj} are left.",
-                                        f"Now {he} has {value} - {b} = {new} {obj}.",
-                                        f"Then {name} has {value} - {b} = {new} {obj}."]))
-        else:
-            new = value * 2
-            question.append(_pick(rng, [f"Then the number of {obj} doubles{place()}.",
-                                        f"{He} doubles {his} {obj}{place()}.",
-                                        f"Later {he} has twice as many {obj} as before."]))
-            solution.append(step(f"{value} * 2 = {new}", STEP_LEADS[:3]) if equal else
-                            shifted_step(op, f"{value} * 2 = {new}") if shifted else
-                            _pick(rng, [f"Doubling gives {value} * 2 = {new}.",
-                                        f"Twice {value} is {value} * 2 = {new}.",
-                                        f"The {obj} double, so {value} * 2 = {new}."]))
-        value = new
-    question.append(_pick(rng, [f"How many {obj} does {name} have now?",
-                                f"How many {obj} does {name} have in the end?",
-                                f"How many {obj} does {name} have left?",
-                                f"How many {obj} are there at the end?",
-                                f"How many {obj} does {he} have now?"]))
-    if equal or shifted:        # as many draws as the free wording: opening, summary, closing
-        opening = _pick(rng, ["", "", "Let us solve it. ", "Let us think. ", "Step by step. "])
-        opening = opening if shifted else ""
-        rng.randrange(3)
-        closings = SHIFTED_CLOSINGS[opening] if shifted else CLOSINGS
-        closing = usual_pick(rng, closings, f"{name}|{obj}|{value}") if usual else _pick(rng, closings)
-        answer = opening + " ".join(solution) + " " + closing.format(he=he, He=He, v=value)
-    else:
-        opening = _pick(rng, ["", "", "Let us solve it step by step. ", "Let us think. ", "We go step by step. "])
-        summary = _pick(rng, ["", f"In the end {name} has {value} {obj}. ", f"So {name} has {value} {obj} now. "])
-        closing = _pick(rng, [f"The answer is {value}.", f"So the answer is {value}.", f"Final answer: {value}."])
-        answer = opening + " ".join(solution) + " " + summary + closing
-    return Item("word", " ".join(question), answer, str(value), (name, obj), held_out)
+        asked, worked, value = story.change(op, value)
+        question.append(asked)
+        solution.append(worked)
+    question.append(story.ask())
+    return Item("word", " ".join(question), story.answer(solution, value), str(value), (name, obj), held_out)
 
 
 def him(he: str) -> str:

@@ -64,7 +64,8 @@ def commits(trace, ranked) -> list:
     steps = []
     for s, values in zip(trace.steps, ranked):
         candidates = [p for p in range(*s.window) if s.confidence[p] is not None]
-        steps.append([s.phase, s.committed, s.tokens, s.seeds, s.clusters, near.near_ties(values, candidates, s.committed)])
+        ties = near.near_ties(values, candidates, s.committed)
+        steps.append([s.phase, s.committed, s.tokens, s.seeds, s.clusters, ties])
     return steps
 
 
