@@ -45,9 +45,10 @@ def _defaults(method: str) -> dict:
 
 def explicit(method: str, values: dict, every_setting_shown: bool = False) -> dict:
     """The preset rule, in one place: settings given explicitly win over a preset switch (``Settings.presets``,
-    e.g. DiCo's switch to the authors' code), which fills the rest. A dict (the API, the CLI, a lane's own settings) gives
-    what it names. A form that shows every setting (``every_setting_shown``: the page's controls) cannot tell a
-    value left alone from one typed, so with a switch on, a value equal to its default counts as not given."""
+    e.g. DiCo's switch to the authors' code), which fills the rest. A dict (the API, the CLI, a lane's own
+    settings) gives what it names. A form that shows every setting (``every_setting_shown``: the page's controls)
+    cannot tell a value left alone from one typed, so with a switch on, a value equal to its default counts as not
+    given."""
     cls = SETTINGS.get(method)
     if not every_setting_shown or cls is None or not any(values.get(switch) for switch in cls.presets):
         return dict(values)

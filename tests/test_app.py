@@ -469,8 +469,8 @@ def test_the_about_text_says_which_tokens_a_revising_lane_took_back_and_whether_
 
     trace = Trace(model="m", method="wino", mode="non-ar", settings={}, label="WINO",
                   prompt="Pick one leader of Lily Howard, Don Gill and Sara Lake.", prompt_length=3, gen_length=4,
-                  block_length=None, response=[7, 8, 9, 2], vocab={"5": " S", "7": " Don", "8": " Gill", "9": ".",
-                                                                 "2": "<|eot|>"}, answer_length=3, text="The leader is Don Gill.",
+                  block_length=None, response=[7, 8, 9, 2], answer_length=3, text="The leader is Don Gill.",
+                  vocab={"5": " S", "7": " Don", "8": " Gill", "9": ".", "2": "<|eot|>"},
                   steps=[step(0, [0, 1], [5, 8]), step(1, [2, 3], [9, 2], remasked=[0]), step(2, [0], [7])])
     assert taken_back(trace) == [(1, 0, 5)]
     said = revisions(trace)
