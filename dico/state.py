@@ -132,7 +132,12 @@ def replay(predictor, parent: Trace, at: int):
     run = Decoding(predictor, parent.prompt, parent.method, mode=parent.mode, gen_length=parent.gen_length,
                    block_length=parent.block_length, settings=_recorded_settings(parent), constraints=constraints,
                    label=parent.name)
-    for k in range(at):
+    own = parent.fork["at"] if parent.fork is not None else None      # a fork's own edits come back where it made them
+    for k in range(at + 1):
+        if k == own:
+            run.edit({int(p): t for p, t in parent.fork.get("force", {}).items()}, list(parent.fork.get("remask", [])))
+        if k == at:
+            break
         logits, attentions = run.forward()
         step = run.step(logits, attentions)
         theirs = parent.steps[k]
@@ -154,6 +159,9 @@ def _check_parent(predictor, parent: Trace, at: int) -> None:
     if parent.prompt_length and len(predictor.encode_prompt(parent.prompt)) != parent.prompt_length:
         raise ValueError("trace: its prompt does not encode as it did when the trace was decoded (another prompt or "
                          "tokenizer)")
+    if parent.fork is not None and parent.fork.get("method", parent.method) != parent.method:
+        raise ValueError(f"trace: this fork went on with another method than its parent's ({parent.fork['method']}); "
+                         "fork its parent instead")
     if parent.fork is not None and at < parent.fork["at"]:
         raise ValueError(f"at: this trace is itself a fork at step {parent.fork['at']}; fork it at that step or later "
                          "(or fork its parent)")
