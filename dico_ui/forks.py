@@ -110,8 +110,22 @@ def fork_request(shown, parent: Trace, at, force=None, remask=None, lane=None) -
     if not force and not remask:
         raise ValueError("edits: force a position to a token or take one back (a fork without an edit decodes "
                          "exactly as its parent did)")
+    if parent.fork is not None:
+        parent, force, remask = refork(shown, parent, at, force, remask)
     method, settings = continue_with(lane)
     return ForkRequest(parent, at, force, remask, tuple(shown), method, settings)
+
+
+def refork(shown, fork: Trace, at: int, force: dict, remask: tuple) -> tuple[Trace, dict, tuple]:
+    """A fork of a fork lane, at its own step: its parent forked with both edits (a trace records one fork; a fork
+    of a fork at a later step would lose the first edit from its record, so it is refused)."""
+    parent = parent_of(fork, shown)
+    if parent is None or at != fork.fork["at"]:
+        raise ValueError(f"at: {fork.name} is itself a fork at step {fork.fork['at']}; fork it at that step (its "
+                         "edit and yours together, with its parent on screen) or fork its parent")
+    merged = {int(p): t for p, t in fork.fork.get("force", {}).items()}
+    merged.update({int(p) if str(p).strip().isdigit() else p: v for p, v in force.items()})
+    return parent, merged, tuple(sorted(set(fork.fork.get("remask", [])) | set(remask)))
 
 
 def page_request(traces, run_index, k, position, action, token, word, fork_with=OWN_METHOD) -> ForkRequest:

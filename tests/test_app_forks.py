@@ -282,3 +282,40 @@ def test_the_served_api_forks_a_downloaded_bundle(app_url, shown, predictor):
     assert bundle[-1].text == expected.text and bundle[-1].fork == expected.fork
     with pytest.raises(AppError, match="remask: must list positions"):
         client.predict(bundle_json(shown), "", 1, {"remask": 3}, None, api_name="/fork")
+
+
+@pytest.mark.e2e
+def test_in_a_browser_the_example_fork_opens_and_the_panel_offers_candidates(page, app_url, artifacts):
+    expect = pytest.importorskip("playwright.sync_api").expect
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.goto(app_url, timeout=120_000)
+    page.get_by_role("tab", name="Step by step").click()
+    page.locator("#fork-example").click()
+    expect(page.locator("#status")).to_contain_text("example fork", timeout=120_000)
+    expect(page.locator("#answers .lane")).to_have_count(5)
+    expect(page.locator("#answers .lane").nth(4).locator(".verdict")).to_have_text("right")
+    expect(page.locator("#step-plot .js-plotly-plot")).to_be_visible(timeout=60_000)
+    position = page.locator("#fork-position input")
+    position.fill("7")
+    position.press("Tab")
+    page.locator("#fork-candidates").click()
+    expect(page.locator("#fork-note")).to_contain_text("Position 7", timeout=180_000)
+    expect(page.locator("#fork-token label")).to_have_count(forks.CANDIDATES)
+    page.locator("#fork-panel").screenshot(path=str(artifacts / "fork-panel.png"))
+    assert errors == []
+
+
+def test_a_fork_lane_is_forked_again_at_its_own_step_with_both_edits(example, predictor):
+    """A fork's own edit comes back when it is replayed (its candidates at its step see the forced token); a fork
+    of it at that step is its parent's fork with both edits, at a later step it is refused, naming the step."""
+    *_, fork = example
+    parent, at = forks.parent_of(fork, example), fork.fork["at"]
+    assert candidates(predictor, fork, at, 7, k=3) != candidates(predictor, parent, at, 7, k=3)
+    both = drained(forks.fork_ui(Session(), example, len(example) - 1, at, 8, "force", 459, ""))[-1]["traces"][-1]
+    assert both.fork["parent"] == parent.name and both.fork["force"] == {**fork.fork["force"], "8": 459}
+    assert both.text == dico.fork(predictor, parent, at=at, force={5: 414, 8: 459}).text
+    later = drained(forks.fork_ui(Session(), example, len(example) - 1, at, 8, "take back", None, ""))
+    assert later[-1]["status"].startswith("**Cannot fork**: at: ") and f"is itself a fork at step {at};" in \
+        later[-1]["status"]
