@@ -54,6 +54,11 @@ def cells(trace: Trace, k: int, token_text: Callable[[int], str] | None = None) 
     k = min(k, len(trace.steps) - 1)
     token, when, conf, back = {}, {}, {}, {}
     for step in trace.steps[:k + 1]:
+        written, taken = trace.edits_at(step.index)     # by hand before this step: constraints, a fork's edits
+        for p, t in written.items():
+            token[p], when[p], conf[p] = t, step.index - 1, 1.0
+        for p in taken:
+            token.pop(p, None), when.pop(p, None), conf.pop(p, None)
         for p, t in zip(step.committed, step.tokens):
             token[p], when[p], conf[p] = t, step.index, step.confidence[p]
         back = {p: token.pop(p) for p in getattr(step, "remasked", None) or [] if p in token}

@@ -319,3 +319,18 @@ def test_a_fork_lane_is_forked_again_at_its_own_step_with_both_edits(example, pr
     later = drained(forks.fork_ui(Session(), example, len(example) - 1, at, 8, "take back", None, ""))
     assert later[-1]["status"].startswith("**Cannot fork**: at: ") and f"is itself a fork at step {at};" in \
         later[-1]["status"]
+
+
+def test_tokens_written_by_hand_show_in_the_race_and_the_step_view(example, shown, predictor):
+    from dico_ui import render
+    *_, fork = example
+    at = fork.fork["at"]
+    forced = next(iter(fork.fork["force"]))
+    cell = render.cells(fork, at)[int(forced)]
+    assert cell.text == fork.token_text(fork.fork["force"][forced]) and cell.step == at - 1
+    assert render.answer_complete(fork, fork.nfe - 1) == fork.answer_nfe
+    assert render.cells(fork, at - 1)[int(forced)].text is None                  # not before the fork's step
+    fixed = dico.generate(predictor, LESSON, "topk", gen_length=GEN, settings={"k": 4}, constraints={0: "The"})
+    first = render.cells(fixed, 0)[0]
+    assert first.text == fixed.token_text(fixed.constraints["0"]) and first.step == -1
+    assert render.answer_complete(fixed, fixed.nfe - 1) == fixed.answer_nfe
