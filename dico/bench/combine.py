@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 
 from dico.bench.runner import fail
@@ -73,8 +74,7 @@ def run(args, argv=None) -> int:
         record = combine(read_sources(args.sources, root), args.title, args.note or "")
     except ValueError as exc:
         return fail(exc)
-    command = "python -m dico.bench " + " ".join(argv if argv is not None else ["combine", *args.sources])
-    record["command"] = command.strip()
+    record["command"] = "python -m dico.bench " + shlex.join(argv if argv is not None else ["combine", *args.sources])
     table = render(record)
     print(table)
     if args.json:
