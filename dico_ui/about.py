@@ -28,8 +28,11 @@ def about_text(traces: list[Trace], outside: str = "") -> str:
              f"{r['padding_only']} |" for r in rows])
         checked = judged(traces)
         revised = [revisions(t) for t in traces if t.remasks()]
+        from dico_ui.forks import fork_story  # here: forks draws its results through this module
+        forked = fork_story(traces)
         values["lessons"] = "\n".join(f"- {lesson(r)}" for r in rows) + (f"\n\n{checked}" if checked else "") + \
-            "".join(f"\n\n{line}" for line in revised) + (f"\n\n⚠ {clean(outside)}" if outside else "")
+            "".join(f"\n\n{line}" for line in revised) + (f"\n\n{forked}" if forked else "") + \
+            (f"\n\n⚠ {clean(outside)}" if outside else "")
     return string.Template(prose("about.md")).safe_substitute(values)
 
 

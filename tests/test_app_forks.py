@@ -334,3 +334,10 @@ def test_tokens_written_by_hand_show_in_the_race_and_the_step_view(example, show
     first = render.cells(fixed, 0)[0]
     assert first.text == fixed.token_text(fixed.constraints["0"]) and first.step == -1
     assert render.answer_complete(fixed, fixed.nfe - 1) == fixed.answer_nfe
+
+
+def test_the_about_text_says_what_the_edit_changed(example):
+    from dico_ui.about import about_text
+    about = about_text(example)
+    assert forks.fork_story(example) in about and "the answer changed from" in about
+    assert "fork" not in forks.fork_story(example[:-1]) and forks.fork_story(example[:-1]) == ""
