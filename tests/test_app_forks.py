@@ -341,3 +341,13 @@ def test_the_about_text_says_what_the_edit_changed(example):
     about = about_text(example)
     assert forks.fork_story(example) in about and "the answer changed from" in about
     assert "fork" not in forks.fork_story(example[:-1]) and forks.fork_story(example[:-1]) == ""
+
+
+def test_the_step_view_figure_shows_a_forced_token_from_its_step(example):
+    import visuals
+    *_, fork = example
+    at, (pos, token) = fork.fork["at"], next(iter(fork.fork["force"].items()))
+    texts = next(d for d in visuals.step_view_figure(fork, at).data if d.name == "tokens")
+    assert fork.token_text(token).strip() in texts.text[int(pos)] and "by hand" in texts.customdata[int(pos)]
+    before = next(d for d in visuals.step_view_figure(fork, at - 1).data if d.name == "tokens")
+    assert "by hand" not in before.customdata[int(pos)]

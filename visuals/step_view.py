@@ -88,10 +88,15 @@ def _standing(trace: Trace, g: Grid, k: int) -> tuple[np.ndarray, np.ndarray, np
     """After step k: which positions stand committed, their token ids, the row that committed each and the confidence
     it was committed at (a revising rule may have taken earlier commits back)."""
     row, token = g.state(k)
-    done = row >= 0
+    standing = np.array([-1 if t is None else t for t in trace.tokens_before(k)])   # edits by hand up to step k
+    standing[trace.steps[k].committed] = trace.steps[k].tokens
+    standing[remasked(trace.steps[k])] = -1
+    row[standing < 0] = -1                                # a fork took it back
+    done = standing >= 0
     conf = np.full(trace.gen_length, np.nan)
-    conf[done] = g.conf[row[done], np.flatnonzero(done)]
-    return done, token, row, conf
+    conf[row >= 0] = g.conf[row[row >= 0], np.flatnonzero(row >= 0)]
+    conf[done & (row < 0)] = 1.0                          # written by hand: a word constraint, a fork's forced token
+    return done, standing, row, conf
 
 
 def _text_layers(trace: Trace, g: Grid, k: int, cols: int, confidence: str) -> list[dict]:
@@ -113,6 +118,7 @@ def _text_layers(trace: Trace, g: Grid, k: int, cols: int, confidence: str) -> l
                       + "), confidence " + np.char.mod("%.3f", np.nan_to_num(conf)),
                       f"still masked, {'confidence' if confidence == 'raw' else 'score'} at step {k} "
                       + np.char.mod("%.3f", np.nan_to_num(scores)))
+    status = np.where(done & (row < 0), "written by hand (a word constraint or a fork's edit)", status)
     ink = np.where(~done, "#555555", np.where(conf < 0.6, "white", "black"))   # readable on Viridis
     if back:
         status = status.astype(object)
