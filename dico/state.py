@@ -19,6 +19,7 @@ from collections.abc import Generator
 
 import torch
 
+from dico.lanes import MAX_LABEL_CHARS, default_label
 from dico.trace import Step, Trace
 
 MAX_EDITS = 64
@@ -202,7 +203,9 @@ def fork_label(parent: Trace, run, at: int, edits: dict) -> str:
     for pos in edits["remask"]:
         parts.append(f"take back {_text(parent, run, before[pos])}")
     what = ", ".join(parts) if parts else "no edit"
-    return f"{parent.name}, fork at step {at}: {what}"[:60]
+    if run.trace.method != parent.method:                      # went on with another lane's method
+        what += f", then {default_label(run.trace.method, run.rule.settings)}"
+    return f"{parent.name}, fork at step {at}: {what}"[:MAX_LABEL_CHARS]
 
 
 def parent_tokens_before(trace: Trace, at: int) -> list[int | None]:

@@ -92,6 +92,7 @@ def test_a_fork_may_go_on_with_another_lanes_method(tiny):
     child = fork(tiny, parent, 4, method="topk", settings={"k": 4})
     assert story(child)[:4] == story(parent)[:4] and child.method == "topk"
     assert all(len(s.committed) == 4 for s in child.steps[4:-1]) and child.fork["method"] == "vanilla"
+    assert child.label == "Vanilla, fork at step 4: no edit, then Top-4 per step"
 
 
 def test_the_generator_form_yields_only_the_forks_own_steps(tiny):
