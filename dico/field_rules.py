@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dico.rules import Choice, Scores, top1, top_ranked
+from dico.rules import Choice, Scores, even_shares, steps_per_window, top1, top_ranked
 from dico.settings import EBSettings, KLASSSettings, SaberSettings, WINOSettings
 
 
@@ -77,11 +77,7 @@ class KLAdaptive:
         self.start(None)
 
     def plan(self, gen_length: int, width: int) -> None:
-        blocks = gen_length // width
-        if self.settings.steps % blocks:
-            raise ValueError(f"steps: {self.settings.steps} is not a multiple of the number of blocks ({blocks}); "
-                             "KLASS splits the steps evenly over the blocks, as LLaDA does")
-        self.per_window = self.settings.steps // blocks
+        self.per_window = steps_per_window(self.settings.steps, gen_length, width)
 
     def start(self, window) -> None:
         self.window_step = 0
@@ -99,9 +95,7 @@ class KLAdaptive:
             return Choice(torch.nonzero(ready).flatten().tolist(), "fast")
         masked = int(cand.sum())
         if self.shares is None:                                # LLaDA's schedule of this window's masks
-            steps = self.per_window or (s.window[1] - s.window[0])
-            base, extra = divmod(masked, steps)
-            self.shares = [base + (1 if k < extra else 0) for k in range(steps)]
+            self.shares = even_shares(masked, self.per_window or (s.window[1] - s.window[0]))
         count = self.shares[i] if i < len(self.shares) else masked
         return Choice(top_ranked(s.conf, cand, max(1, min(count, masked))), "vanilla")
 

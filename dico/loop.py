@@ -409,7 +409,12 @@ def decode(predictor: MaskPredictor, prompt: str, method: str = "dico", **option
     returns the finished trace; closing it early finishes the partial trace with ``stopped=True`` (the caller still
     holds it).
     """
-    run = Decoding(predictor, prompt, method, **fold_settings(options))
+    return (yield from drive(Decoding(predictor, prompt, method, **fold_settings(options))))
+
+
+def drive(run: Decoding) -> Generator[tuple[Trace, Step], None, Trace]:
+    """One forward pass a step until ``run`` is done, yielding ``(trace, step)``; closed early, the trace is
+    finished as ``stopped``. ``decode`` and ``dico.state.decode_fork`` both drive their decode with it."""
     try:
         while not run.done:
             t0 = time.perf_counter()

@@ -77,6 +77,22 @@ def plan(rule: Rule, gen_length: int, width: int) -> None:
         rule.plan(gen_length, width)
 
 
+def steps_per_window(steps: int, gen_length: int, width: int) -> int:
+    """LLaDA's schedule: ``steps`` passes split evenly over the blocks (0: one token a pass, returned as 0)."""
+    blocks = gen_length // width
+    if steps % blocks:
+        raise ValueError(f"steps: {steps} is not a multiple of the number of blocks ({blocks}); "
+                         "LLaDA splits the steps evenly over the blocks")
+    return steps // blocks
+
+
+def even_shares(masked: int, steps: int) -> list[int]:
+    """LLaDA's schedule within a window: its ``masked`` positions split evenly over ``steps`` passes, the first
+    passes taking one more where they do not divide."""
+    base, extra = divmod(masked, steps)
+    return [base + (1 if k < extra else 0) for k in range(steps)]
+
+
 def top1(values: torch.Tensor, allowed: torch.Tensor) -> list[int]:
     """The allowed position with the highest value; ties go to the lower position."""
     return [int(torch.where(allowed, values, torch.full_like(values, -math.inf)).argmax())]
@@ -112,11 +128,7 @@ class Vanilla:
         self.start(None)
 
     def plan(self, gen_length: int, width: int) -> None:
-        blocks = gen_length // width
-        if self.settings.steps % blocks:
-            raise ValueError(f"steps: {self.settings.steps} is not a multiple of the number of blocks ({blocks}); "
-                             "LLaDA splits the steps evenly over the blocks")
-        self.per_window = self.settings.steps // blocks
+        self.per_window = steps_per_window(self.settings.steps, gen_length, width)
 
     def start(self, window) -> None:
         self.window_step = 0
@@ -131,8 +143,7 @@ class Vanilla:
             return Choice(self._origin(cand, self._dream_share(i, steps)), "vanilla")
         if remasking in ("low_confidence", "random"):
             if self.shares is None:                                            # LLaDA: the block's masks, evenly
-                base, extra = divmod(masked, steps)
-                self.shares = [base + (1 if k < extra else 0) for k in range(steps)]
+                self.shares = even_shares(masked, steps)
             count = self.shares[i] if i < steps else masked
         else:
             share = self._dream_share(i, steps)

@@ -14,7 +14,6 @@ exactly as its parent did. Forced and constrained positions are fixed: no rule c
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Generator
 
 import torch
@@ -104,14 +103,9 @@ def decode_fork(predictor, parent: Trace, at: int, *, force: dict | None = None,
         run.switch_rule(method, settings)
     run.trace.fork = {"parent": parent.name, "at": at, "method": parent.method, **edits}
     run.trace.label = label or fork_label(parent, run, at, edits)
-    try:
-        while not run.done:
-            t0 = time.perf_counter()
-            logits, attentions = run.forward()
-            yield run.trace, run.step(logits, attentions, time.perf_counter() - t0)
-    finally:
-        run.close()
-    return run.trace
+    # dico.loop imports this module, so its driver is taken when a fork runs
+    from dico.loop import drive
+    return (yield from drive(run))
 
 
 def fork(predictor, parent: Trace, at: int, **options) -> Trace:
