@@ -300,6 +300,7 @@ def stream_fork(request, make, page: bool):
             yield from _frames(session, since, req, page)
     finally:
         runs.LINE.leave(ticket)
+        runs.trim_sessions()            # as after a run: gradio's per-session tables stay bounded
 
 
 def _frames(session: str, since: float, req: ForkRequest, page: bool):

@@ -25,15 +25,6 @@ PICK = "Pick one leader of Lily Howard, Don Gill and Sara Lake."
 TEAM = "We have bikes, drums and bats. Pick two of them."
 
 
-def without_timing(trace: Trace) -> dict:
-    data = trace.to_dict()
-    for key in ("wall_s", "tokens_per_s"):
-        data.pop(key)
-    for step in data["steps"]:
-        step.pop("forward_s"), step.pop("select_s")
-    return data
-
-
 class TakesOneBackEveryStep:
     """A rule that never finishes: commit the first masked position, take back the first decoded one."""
     settings = dico.settings.VanillaSettings()
