@@ -5,6 +5,7 @@ gradio)."""
 from __future__ import annotations
 
 import re
+import time
 
 from starlette.middleware import Middleware
 
@@ -88,13 +89,20 @@ def _on_loop(fn) -> None:
         fn(blocks)
 
 
+FINAL = ("success", "failed", "cancelled")      # what gradio 5.50 writes last in an event's record
+
+
 def _trim(blocks, gone: str | None = None) -> None:
     """gradio 5.50 bounds its session state (``state_session_capacity``, least recently used out) but not the
     tables beside it, which gain an entry per session that ever sent an event and never lose it: the state's
     last-use times, the queue's finished events (each holding its request and inputs), the per-session message
     queues and pending-event sets, the stream-diff tables. Keep only the sessions whose state is kept or that have
-    an event pending, and only the events still pending or running; ``gone`` (a closed page) goes first."""
-    holder, queue = blocks.state_holder, blocks._queue
+    an event pending, and only the events still pending or running; ``gone`` (a closed page) goes first.
+
+    Four more grow by one entry per event, whoever sent it (gradio 6 bounds them; PRs 13156 and 13756): the queue's
+    monitoring record of each event, its list of finished event tasks, the server's table of each event's
+    generator (None once it has finished) and its set of reset generators. Keep the pending events' entries."""
+    holder, queue, server = blocks.state_holder, blocks._queue, getattr(blocks, "server_app", None)
     with holder.lock:
         if gone is not None:
             holder.session_data.pop(gone, None)
@@ -103,8 +111,19 @@ def _trim(blocks, gone: str | None = None) -> None:
             del holder.time_last_used[session]
     pending = {event_id for ids in queue.pending_event_ids_session.values() for event_id in ids}
     pending |= {event._id for job in queue.active_jobs if job for event in job}
-    for event_id in [e for e in queue.event_ids_to_events if e not in pending]:
-        del queue.event_ids_to_events[event_id]
+    pending |= {event._id for events in queue.event_queue_per_concurrency_id.values() for event in events.queue}
+    for table in (queue.event_ids_to_events, *([server.iterators] if server is not None else [])):
+        for event_id in [e for e in list(table) if e not in pending]:
+            table.pop(event_id, None)
+    # a finished event's record is written once more after it leaves the running jobs: keep it until it says so
+    # (or, for an event dropped from the line before it ran, until it is an hour old)
+    stale = time.time() - 3600
+    for event_id, record in list(queue.event_analytics.items()):
+        if event_id not in pending and (record.get("status") in FINAL or (record.get("time") or 0) < stale):
+            queue.event_analytics.pop(event_id, None)
+    if server is not None:
+        server.iterators_to_reset.intersection_update(pending)
+    queue._asyncio_tasks[:] = [task for task in queue._asyncio_tasks if not task.done()]
     live = kept | {s for s, ids in queue.pending_event_ids_session.items() if ids}
     for table in (queue.pending_event_ids_session, queue.pending_messages_per_session, blocks.pending_diff_streams,
                   blocks.pending_streams):
@@ -113,15 +132,17 @@ def _trim(blocks, gone: str | None = None) -> None:
 
 
 def session_tables(blocks) -> dict[str, int]:
-    """The sizes of gradio's per-session tables (the soak and the tests watch them stay bounded)."""
-    holder, queue = blocks.state_holder, blocks._queue
+    """The sizes of gradio's per-session and per-event tables (the soak and the tests watch them stay bounded)."""
+    holder, queue, server = blocks.state_holder, blocks._queue, getattr(blocks, "server_app", None)
     return {"state": len(holder.session_data), "last_used": len(holder.time_last_used),
             "events": len(queue.event_ids_to_events), "pending_sets": len(queue.pending_event_ids_session),
             "message_queues": len(queue.pending_messages_per_session), "diff_streams": len(blocks.pending_diff_streams),
-            "streams": len(blocks.pending_streams)}
+            "streams": len(blocks.pending_streams), "event_records": len(queue.event_analytics),
+            "event_tasks": len(queue._asyncio_tasks),
+            "generators": len(server.iterators) if server is not None else 0,
+            "generators_reset": len(server.iterators_to_reset) if server is not None else 0}
 
 
-# demo.launch(**LAUNCH): the same options for `python app.py` and the test server.
 LAUNCH = dict(max_file_size=MAX_JSON_BYTES, ssr_mode=False, show_error=False,
               state_session_capacity=LIMITS.sessions, max_threads=LIMITS.threads,
               app_kwargs={"middleware": [Middleware(WithoutCdnScripts)]})

@@ -198,7 +198,9 @@ def test_gradios_per_session_tables_stay_within_the_session_cap(app_url, app_mod
                                                                  monkeypatch):
     """Issue 45: past ``state_session_capacity`` gradio 5.50 dropped a session's state but kept an entry per
     session in the tables beside it (finished events with their requests, message queues, last-use times), so
-    memory grew with every new visitor. Each run now trims them to the sessions whose state is kept."""
+    memory grew with every new visitor; and four tables gained an entry per event (the queue's record of it, its
+    finished task, the server's generator slot and reset set). Each run now trims them to the sessions whose state
+    is kept and the events still pending."""
     from dico_ui.serve import session_tables
     demo = app_module.demo
     monkeypatch.setattr(demo.state_holder, "capacity", 3)
