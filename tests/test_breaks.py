@@ -79,8 +79,23 @@ def test_the_table_shows_the_break_with_its_step_and_confidences():
                        "step": {"index": 3, "phase": "vanilla", "tokens": ["bats", "bats"],
                                 "confidence": [0.49, 0.47]}}}
     assert ("| pick | non-ar | Top-4 per step | 0/2 [0-66%] | 24.0 | 2 / 0 / 0 | 2 of 2 | 0 of 0 | "
-            "“I pick bats and bats.”: step 3 "
-            "(vanilla) committed `bats` (0.49) + `bats` (0.47) |") in breaks_markdown([row], "t")
+            "“I pick bats and bats.”: step 3 committed `bats` (0.49) + `bats` (0.47) |") in breaks_markdown([row], "t")
+
+
+def test_the_table_names_a_dico_phase_and_no_other():
+    """DiCo's Divide, Conquer and Finalize say which part of the method committed the clash; "vanilla" and "fast"
+    (a count of top tokens, a threshold) are no phase, and beside an EB-Sampler row read as another method."""
+    def said(label, phase):
+        step = {"index": 4, "phase": phase, "tokens": ["J", "ate"], "confidence": [0.65, 0.48]}
+        row = {"family": "team", "mode": "semi-ar", "label": label, "n": 1, "right": 0, "nfe_mean": 14.0,
+               "repeat": 0, "mixed": 1, "malformed": 0, "wrong_together": 1, "right_together": 0,
+               "example": {"text": "The team is Rose Tate and Jose Tate.", "kind": "mixed", "together": True,
+                           "step": step}}
+        return breaks_markdown([row], "t")
+
+    assert "step 4 (divide) committed `J` (0.65)" in said("DiCo", "divide")
+    assert "step 4 committed `J` (0.65)" in said("EB-Sampler", "vanilla")
+    assert "(fast)" not in said("KLASS", "fast")
 
 
 def test_breaks_refuses_families_without_choices(capsys):

@@ -119,6 +119,7 @@ def throughput_markdown(rows) -> str:
 
 
 BREAK_KINDS = ("repeat", "mixed", "malformed")
+DICO_PHASES = ("divide", "conquer", "finalize")
 
 
 def _said(example: dict | None) -> str:
@@ -128,7 +129,8 @@ def _said(example: dict | None) -> str:
     said = f"“{example['text']}”"
     if example.get("step"):
         s = example["step"]
-        said += (f": step {s['index']} ({s['phase']}) committed " + " + ".join(
+        phase = f" ({s['phase']})" if s["phase"] in DICO_PHASES else ""     # "vanilla"/"fast" name no phase
+        said += (f": step {s['index']}{phase} committed " + " + ".join(
             f"`{t.strip()}` ({c:.2f})" for t, c in zip(s["tokens"], s["confidence"])))
     return said
 
