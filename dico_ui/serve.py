@@ -143,6 +143,7 @@ def session_tables(blocks) -> dict[str, int]:
             "generators_reset": len(server.iterators_to_reset) if server is not None else 0}
 
 
+# demo.launch(**LAUNCH): the same options for `python app.py` and the test server.
 LAUNCH = dict(max_file_size=MAX_JSON_BYTES, ssr_mode=False, show_error=False,
               state_session_capacity=LIMITS.sessions, max_threads=LIMITS.threads,
               app_kwargs={"middleware": [Middleware(WithoutCdnScripts)]})
