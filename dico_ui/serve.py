@@ -102,7 +102,7 @@ def _trim(blocks, gone: str | None = None) -> None:
     Four more grow by one entry per event, whoever sent it (gradio 6 bounds them; PRs 13156 and 13756): the queue's
     monitoring record of each event, its list of finished event tasks, the server's table of each event's
     generator (None once it has finished) and its set of reset generators. Keep the pending events' entries."""
-    holder, queue, server = blocks.state_holder, blocks._queue, getattr(blocks, "server_app", None)
+    holder, queue, server = blocks.state_holder, blocks._queue, blocks.server_app   # all three set at launch
     with holder.lock:
         if gone is not None:
             holder.session_data.pop(gone, None)
@@ -112,7 +112,7 @@ def _trim(blocks, gone: str | None = None) -> None:
     pending = {event_id for ids in queue.pending_event_ids_session.values() for event_id in ids}
     pending |= {event._id for job in queue.active_jobs if job for event in job}
     pending |= {event._id for events in queue.event_queue_per_concurrency_id.values() for event in events.queue}
-    for table in (queue.event_ids_to_events, *([server.iterators] if server is not None else [])):
+    for table in (queue.event_ids_to_events, server.iterators):
         for event_id in [e for e in list(table) if e not in pending]:
             table.pop(event_id, None)
     # a finished event's record is written once more after it leaves the running jobs: keep it until it says so
@@ -121,8 +121,7 @@ def _trim(blocks, gone: str | None = None) -> None:
     for event_id, record in list(queue.event_analytics.items()):
         if event_id not in pending and (record.get("status") in FINAL or (record.get("time") or 0) < stale):
             queue.event_analytics.pop(event_id, None)
-    if server is not None:
-        server.iterators_to_reset.intersection_update(pending)
+    server.iterators_to_reset.intersection_update(pending)
     queue._asyncio_tasks[:] = [task for task in queue._asyncio_tasks if not task.done()]
     live = kept | {s for s, ids in queue.pending_event_ids_session.items() if ids}
     for table in (queue.pending_event_ids_session, queue.pending_messages_per_session, blocks.pending_diff_streams,
@@ -133,14 +132,13 @@ def _trim(blocks, gone: str | None = None) -> None:
 
 def session_tables(blocks) -> dict[str, int]:
     """The sizes of gradio's per-session and per-event tables (the soak and the tests watch them stay bounded)."""
-    holder, queue, server = blocks.state_holder, blocks._queue, getattr(blocks, "server_app", None)
+    holder, queue, server = blocks.state_holder, blocks._queue, blocks.server_app
     return {"state": len(holder.session_data), "last_used": len(holder.time_last_used),
             "events": len(queue.event_ids_to_events), "pending_sets": len(queue.pending_event_ids_session),
             "message_queues": len(queue.pending_messages_per_session), "diff_streams": len(blocks.pending_diff_streams),
             "streams": len(blocks.pending_streams), "event_records": len(queue.event_analytics),
             "event_tasks": len(queue._asyncio_tasks),
-            "generators": len(server.iterators) if server is not None else 0,
-            "generators_reset": len(server.iterators_to_reset) if server is not None else 0}
+            "generators": len(server.iterators), "generators_reset": len(server.iterators_to_reset)}
 
 
 # demo.launch(**LAUNCH): the same options for `python app.py` and the test server.
