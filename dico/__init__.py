@@ -17,7 +17,8 @@ import importlib
 # Lazy exports: ``import dico.trace`` (the figures' only dependency) must not pull in torch.
 _EXPORTS = {
     "Decoding": "dico.loop", "decode": "dico.loop", "generate": "dico.loop",
-    "fork": "dico.state", "decode_fork": "dico.state", "parse_constraints": "dico.state", "candidates": "dico.state",
+    "fork": "dico.forking", "decode_fork": "dico.forking", "candidates": "dico.forking",
+    "parse_constraints": "dico.constraints",
     "decode_batch": "dico.batch", "generate_batch": "dico.batch",
     "EMBEDDED_NAME": "dico.models", "MaskPredictor": "dico.models", "ModelError": "dico.models",
     "from_module": "dico.models", "load_model": "dico.models",

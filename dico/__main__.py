@@ -222,16 +222,17 @@ def _parent(args):
 
 def _fork_main(args) -> int:
     """``generate --fork run.json``: rewind the saved run, apply the edits, decode on, print as generate does."""
+    from dico.forking import fork
+    from dico.methods import admit
     from dico.models import load_model
-    from dico.settings import settings_for
-    from dico.state import fork
     from dico.trace import TraceError
     try:
         force, remask = _edits(args)
         parent = _parent(args)
         at = parent.nfe if args.at is None else args.at
         method = args.method if args.method_given else None
-        settings = settings_for(method, given_settings(args)) if method else None
+        settings = admit(method, parent.mode, given_settings(args), parent.gen_length,
+                         parent.block_length).settings if method else None
         predictor = load_model(args.model, trust_remote_code=args.trust_remote_code, device=args.device,
                                dtype=args.dtype, chat=False if args.no_chat else None)
         trace = fork(predictor, parent, at, force=force, remask=remask, method=method, settings=settings)
@@ -255,17 +256,20 @@ def main(argv=None) -> int:
         print("error: at: --at, --force and --remask edit a fork; give --fork TRACE.json", file=sys.stderr)
         return 2
     from dico.batch import generate_batch
+    from dico.constraints import parse_constraints
+    from dico.length import AUTO
     from dico.loop import check_inputs
+    from dico.methods import admit
     from dico.models import load_model
-    from dico.settings import settings_for
-    from dico.state import parse_constraints
     block_length = args.block_length if args.mode == SEMI_AR else None
     try:
         # refuse bad input before loading the model: a hub model can take minutes to download and load
         prompts = _prompts(args)
         for prompt in prompts:
             check_inputs(prompt, args.method, args.mode, args.gen_length, block_length)
-        settings = settings_for(args.method, given_settings(args))
+        settings = admit(args.method, args.mode, given_settings(args),
+                         None if args.gen_length == AUTO else args.gen_length, block_length,
+                         args.capture_attention).settings
         if args.batch_size < 1:
             raise ValueError(f"batch_size: must be a whole number >= 1, got {args.batch_size}")
         constraints = parse_constraints(args.constrain) if args.constrain else None

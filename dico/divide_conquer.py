@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from dico.rules import Choice, Scores, factor_set, top1
+from dico.rules import Choice, Rule, Scores, factor_set, top1
 from dico.settings import DiCoSettings
 
 # Divide ends when this many steps in a row (after its first) change no cluster (docs/decoding.md §6.3, item 6).
@@ -99,9 +99,8 @@ def cluster_mask(clusters: list[list[int]], n: int) -> np.ndarray:
     return inside
 
 
-class DiCo:
+class DiCo(Rule):
     """Divide, Conquer, Finalize over each window. State lives between steps of a window."""
-    rank = None             # DiCo ranks by the model's confidence (no Dream ranking to compute)
 
     def __init__(self, settings: DiCoSettings | None = None, mode: str = "non-ar"):
         self.settings = settings or DiCoSettings()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dico.rules import Choice, Scores, even_shares, steps_per_window, top1, top_ranked
+from dico.rules import Choice, Rule, Schedule, Scores, top1, top_ranked
 from dico.settings import EBSettings, KLASSSettings, SaberSettings, WINOSettings
 
 
@@ -33,16 +33,12 @@ def _lowest(values: torch.Tensor, allowed: torch.Tensor, k: int) -> list[int]:
 # ------------------------------------------------------------------------------------------------ EB-Sampler
 
 @dataclass
-class EntropyBounded:
+class EntropyBounded(Rule):
     """EB-Sampler (docs/decoding.md §7.1): take the window's masked positions by confidence, highest first, and commit
     the longest prefix whose entropies summed, less the largest of them, stay within gamma. The first position always
     fits (its sum less its max is 0), so every step commits at least one. No state across steps."""
     settings: EBSettings = field(default_factory=EBSettings)
-    rank = None
     signals = ("entropy",)
-
-    def start(self, window) -> None:
-        pass
 
     def choose(self, s: Scores) -> Choice:
         cand = s.candidates() & (s.conf > 0)
@@ -58,14 +54,13 @@ class EntropyBounded:
 # ------------------------------------------------------------------------------------------------------ KLASS
 
 @dataclass
-class KLAdaptive:
+class KLAdaptive(Rule):
     """KLASS (docs/decoding.md §7.2): a masked window position is ready when its confidence is above ``confidence``
     and its KL divergence from the previous pass stayed below ``kl`` for the last ``history`` passes (from the
     window's pass ``history - 1`` on); commit every ready position, or, when none is, LLaDA's schedule (an even
     share of the window's masks a pass, the most confident first). The KL history runs across windows, as the
     authors' code keeps it (``reset_each_block``: the DiCo release's port)."""
     settings: KLASSSettings = field(default_factory=KLASSSettings)
-    rank = None
     signals = ("kl",)
     precision = torch.float64           # its code scores in float64 (docs/decoding.md §7.2)
 
@@ -73,31 +68,27 @@ class KLAdaptive:
         if self.settings.reset_each_block:              # the DiCo release's port scores in float32
             self.precision = torch.float32
         self.history: torch.Tensor | None = None        # (n, history) float64: the last KL values of every position
-        self.per_window = 0
+        self.schedule = Schedule(self.settings.steps)
         self.start(None)
 
     def plan(self, gen_length: int, width: int) -> None:
-        self.per_window = steps_per_window(self.settings.steps, gen_length, width)
+        self.schedule.plan(gen_length, width)
 
     def start(self, window) -> None:
-        self.window_step = 0
-        self.shares: list[int] | None = None
+        self.schedule.start()
         self.forget = window is not None and self.settings.reset_each_block and self.history is not None
 
     def choose(self, s: Scores) -> Choice:
         self._remember(s.signals["kl"].double())
         cand = s.candidates()
-        i, self.window_step = self.window_step, self.window_step + 1
+        i, steps = self.schedule.tick(s.window)
         stable = (self.history < self.settings.kl).all(dim=1) if i >= self.settings.history - 1 else \
             torch.zeros_like(cand)
         ready = cand & stable & (s.conf > self.settings.confidence)
         if bool(ready.any()):
             return Choice(torch.nonzero(ready).flatten().tolist(), "fast")
-        masked = int(cand.sum())
-        if self.shares is None:                                # LLaDA's schedule of this window's masks
-            self.shares = even_shares(masked, self.per_window or (s.window[1] - s.window[0]))
-        count = self.shares[i] if i < len(self.shares) else masked
-        return Choice(top_ranked(s.conf, cand, max(1, min(count, masked))), "vanilla")
+        count = self.schedule.even(i, steps, int(cand.sum()))   # none ready: LLaDA's schedule of the window's masks
+        return Choice(top_ranked(s.conf, cand, count), "vanilla")
 
     def _remember(self, kl: torch.Tensor) -> None:
         """Push this pass's KL into every position's history (a forgotten history reads as unstable)."""
@@ -115,16 +106,19 @@ WINO_FIRST_ACCEPT = 30          # the authors' code: last_accept starts at 30 in
 
 
 @dataclass
-class WideInNarrowOut:
+class WideInNarrowOut(Rule):
     """WINO (docs/decoding.md §7.3). Wide in: commit the window's masked positions above ``threshold`` (at most
     min(max(int(0.7 x masked), 5), 20), the most confident; none: the top-1). Narrow out, only when this pass
     committed more than one: take back every token committed in an earlier pass whose mirrored position (which
     cannot see it; ``signals["verify"]``) gives it a probability below ``keep``; when that is at least as many as the
     previous pass committed, only that many less one, the least confirmed."""
     settings: WINOSettings = field(default_factory=WINOSettings)
-    rank = None
     signals = ("verify",)
     precision = torch.float64           # its code scores in float64 (docs/decoding.md §7.3)
+    # its pass appends a mirrored copy of the window to the sequence (``dico.verify``)
+    cannot = {"cache": "the KV caches do not compute the mirrored copy of the window its pass appends",
+              "cfg_scale": "its verifying pass has no classifier-free guidance",
+              "capture_attention": "its verifying pass returns no attention maps"}
 
     def start(self, window) -> None:
         self.last_accept = WINO_FIRST_ACCEPT
@@ -157,7 +151,7 @@ class WideInNarrowOut:
 # ------------------------------------------------------------------------------------------------------ Saber
 
 @dataclass
-class Saber:
+class Saber(Rule):
     """Saber (docs/decoding.md §7.4). Commit the undecoded positions up to the window's end whose confidence is above
     the mean confidence the committed tokens had when committed (1 before any), at least the top ``n``. Then, unless
     that finished everything up to the window's end, take back max(n // 2, ceil(fix / 8)) (at most fix - 1, where fix
@@ -165,9 +159,6 @@ class Saber:
     (positions committed in this very pass included, and in semi-AR earlier blocks' too). "Confidence" is the
     probability of the current argmax at every position, decoded or not."""
     settings: SaberSettings = field(default_factory=SaberSettings)
-    rank = None
-    signals = ()
-
     def __post_init__(self):
         self.committed_conf: torch.Tensor | None = None   # (n,) confidence at each position's last commit; -inf: never
         self.previous: torch.Tensor | None = None         # (n,) last pass's confidence (-inf past its window's end)

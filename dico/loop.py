@@ -24,9 +24,9 @@ import torch
 from dico.cache import Cache, cache_shift, forward_for, uncached_token_forwards
 from dico.lanes import default_label
 from dico.length import AUTO, auto_length
-from dico.methods import make_rule
+from dico.methods import admit
 from dico.models import MaskPredictor
-from dico.rules import Choice, Scores, plan
+from dico.rules import Choice, Scores
 from dico.sampling import Sampler
 from dico.settings import (
     DEFAULT_BLOCK_LENGTH,
@@ -39,7 +39,7 @@ from dico.settings import (
     SEMI_AR,
     Settings,
 )
-from dico.state import encode_fixed
+from dico.constraints import encode_fixed
 from dico.trace import STAGES, AttentionStages, Step, Trace
 
 CONFIDENCE_DIGITS = 5       # the trace rounds confidences to this many digits (its JSON stays small)
@@ -130,21 +130,11 @@ class Decoding:
                  constraints: dict | None = None):
         block_length = block_length if mode == SEMI_AR else None
         prompt_ids = check_request(predictor, prompt, method, mode, gen_length, block_length)
-        self.rule = make_rule(method, mode, settings)
+        self.rule = admit(method, mode, settings, capture_attention=capture_attention)
         length_search = None
         if gen_length == AUTO:                                  # settings checked first: a bad one runs nothing
             gen_length, length_search = auto_length(predictor, prompt_ids, block_length)
-        plan(self.rule, gen_length, block_length or gen_length)
-        self.signals = tuple(getattr(self.rule, "signals", ()))
-        self.verifies = "verify" in self.signals          # WINO: the pass appends a mirrored copy of the window
-        if self.verifies and self.rule.settings.cache != "none":
-            raise ValueError(f"cache: {method} verifies with a mirrored block that its pass appends to the sequence, "
-                             "which the KV caches do not compute; set cache to none")
-        if self.verifies and capture_attention:
-            raise ValueError(f"capture_attention: {method}'s verifying pass returns no attention maps; turn it off")
-        if self.verifies and self.rule.settings.cfg_scale:
-            raise ValueError(f"cfg_scale: {method}'s verifying pass has no classifier-free guidance; "
-                             "set cfg_scale to 0")
+        self.rule.plan(gen_length, block_length or gen_length)
         self.sampler = _sampler_for(self.rule)
         self.cache = _cache_for(predictor, self.rule.settings, len(prompt_ids), gen_length)
         self.stops = predictor.stop_ids()
@@ -155,7 +145,7 @@ class Decoding:
         self.ids = torch.tensor([prompt_ids + [predictor.mask_id] * gen_length], dtype=torch.long)   # 1, m + n (CPU)
         self.masked = torch.ones(gen_length, dtype=torch.bool)                                        # n
         self.fixed = torch.zeros(gen_length, dtype=torch.bool)      # n: fixed by hand, never taken back
-        fixed = encode_fixed(predictor, constraints or {}, gen_length)       # words before decoding (dico.state)
+        fixed = encode_fixed(predictor, constraints or {}, gen_length)       # words before decoding (dico.constraints)
         self.max_passes = PASS_LIMIT * gen_length                    # a rule that would loop ends here
         self.limit_reached = False
         settings_record = self.rule.settings.to_dict()
@@ -189,7 +179,7 @@ class Decoding:
             self.vocab.update((t, self.predictor.token_text(t)) for t in tokens.values())
 
     def edit(self, forced: dict[int, int], taken: list[int]) -> None:
-        """Between two steps (a fork, ``dico.state``): force tokens (fixed from now on) and take decoded ones back.
+        """Between two steps (a fork, ``dico.forking``): force tokens (fixed from now on) and take decoded ones back.
         The window reopens at the first block with masks, so a take-back in an earlier block is decoded again."""
         self.finished = False           # a decode closed at its last step is open again (a fork at its end)
         self._fix(forced)
@@ -213,12 +203,7 @@ class Decoding:
         """Continue this decode with another method's rule (a fork racing another lane's): a fresh rule, sampler and
         cache (its first pass refreshes), started on the current window."""
         old = self.trace.method
-        self.rule = make_rule(method, self.trace.mode, settings)
-        plan(self.rule, self.n, self.width)
-        self.signals = tuple(getattr(self.rule, "signals", ()))
-        self.verifies = "verify" in self.signals
-        if self.verifies and self.rule.settings.cache != "none":
-            raise ValueError(f"cache: {method} verifies with a mirrored block; set cache to none")
+        self.rule = admit(method, self.trace.mode, settings, self.n, self.width, self.attention is not None)
         self.sampler = _sampler_for(self.rule)
         self.cache = _cache_for(self.predictor, self.rule.settings, self.m, self.n)
         self.trace.method, self.trace.settings = method, self.rule.settings.to_dict()
@@ -246,7 +231,7 @@ class Decoding:
         """This step's forward pass (two with classifier-free guidance): logits (l, v) on the model's device and
         the attention maps when captured. A batch driver makes its own pass and hands each row to ``step``.
         A verifying rule's pass (WINO) appends the mirrored window: its logits are (l + w, v)."""
-        if self.verifies:
+        if self.rule.verifies:
             return self._verifying_forward(), None
         cache = self.plan_pass()
         logits, attentions = self.sampler.logits(self.predictor, self.ids, self.m,
@@ -266,10 +251,10 @@ class Decoding:
         (a verifying rule's: (l + w, v), the mirrored window after the sequence)."""
         t1 = time.perf_counter()
         length, mirror = self.m + self.n, None
-        if self.verifies:
+        if self.rule.verifies:
             mirror = (self.window[0], logits[length:])
         conf, pred, margin, rank, signals = self.sampler.score(
-            logits[self.m:length], self.predictor.mask_id, self.stops, signals=self.signals,
+            logits[self.m:length], self.predictor.mask_id, self.stops, signals=self.rule.signals,
             tokens=self.ids[0, self.m:], mirror=mirror)
         choice = self.rule.choose(Scores(conf, pred, margin, self.masked, self.window, rank, signals, self.fixed))
         commit, remask = self._checked(choice)
@@ -335,7 +320,7 @@ class Decoding:
         mirrored window), twice with classifier-free guidance."""
         if self.cache is not None:
             return self.cache.token_forwards
-        extra = self.window[1] - self.window[0] if self.verifies else 0
+        extra = self.window[1] - self.window[0] if self.rule.verifies else 0
         return uncached_token_forwards(self.m + self.n + extra, self.rule.settings.cfg_scale)
 
     def close(self) -> Trace:
@@ -383,7 +368,7 @@ def close_snapshot(predictor: MaskPredictor, trace: Trace) -> Trace:
 
 def _sampler_for(rule) -> Sampler:
     """A rule's sampler: its settings, the ranking and the precision it scores in."""
-    return Sampler(rule.settings, rank=rule.rank, precision=getattr(rule, "precision", torch.float32))
+    return Sampler(rule.settings, rank=rule.rank, precision=rule.precision)
 
 
 def _cache_for(predictor: MaskPredictor, settings: Settings, prompt_length: int, gen_length: int) -> Cache | None:
@@ -405,7 +390,7 @@ def decode(predictor: MaskPredictor, prompt: str, method: str = "dico", **option
 
     ``options`` are ``Decoding``'s (mode, gen_length (a number, or "auto": the model chooses it, ``dico.length``),
     block_length, settings, capture_attention, label, constraints ({response offset: word or token id}, fixed
-    before decoding: ``dico.state``)) plus any setting of the method as a keyword (``name=value``). The generator
+    before decoding: ``dico.constraints``)) plus any setting of the method as a keyword (``name=value``). The generator
     returns the finished trace; closing it early finishes the partial trace with ``stopped=True`` (the caller still
     holds it).
     """
@@ -414,7 +399,7 @@ def decode(predictor: MaskPredictor, prompt: str, method: str = "dico", **option
 
 def drive(run: Decoding) -> Generator[tuple[Trace, Step], None, Trace]:
     """One forward pass a step until ``run`` is done, yielding ``(trace, step)``; closed early, the trace is
-    finished as ``stopped``. ``decode`` and ``dico.state.decode_fork`` both drive their decode with it."""
+    finished as ``stopped``. ``decode`` and ``dico.forking.decode_fork`` both drive their decode with it."""
     try:
         while not run.done:
             t0 = time.perf_counter()

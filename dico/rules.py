@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
-
 import torch
 
 from dico.sampling import DREAM_RANKS
@@ -59,22 +57,33 @@ class Choice:
                                                         # after this step's commits (docs/decoding.md §7)
 
 
-class Rule(Protocol):
+class Rule:
+    """The contract every rule keeps with the loop, written once: the loop calls ``plan`` before the first pass,
+    ``start`` when a window opens and ``choose`` once a pass; what a rule asks of the sampler (``rank``,
+    ``signals``, ``precision``) and what it cannot run with (``cannot``) are declared here, with defaults that
+    a rule overrides where it differs."""
     settings: Settings
-    rank: str | None         # a Dream ranking the sampler must compute for this rule (``dico.sampling``), or None
-    signals: tuple = ()      # per-position signals the sampler must compute for this rule (``dico.sampling.SIGNALS``)
+    rank: str | None = None         # a Dream ranking the sampler must compute for this rule (``dico.sampling``)
+    signals: tuple[str, ...] = ()   # per-position signals the sampler must compute (``dico.sampling.SIGNALS``)
+    precision: torch.dtype = torch.float32      # what its confidences and signals are scored in
+    # What the rule cannot run with: {field: why}. ``dico.methods.admit`` refuses a run asking for one (a setting
+    # not at its default, or an option of the run: ``capture_attention``) before anything runs.
+    cannot: dict[str, str] = {}
 
-    def start(self, window: tuple[int, int]) -> None:
+    @property
+    def verifies(self) -> bool:
+        """Its pass appends a mirrored copy of the window (WINO, ``dico.verify``)."""
+        return "verify" in self.signals
+
+    def plan(self, gen_length: int, width: int) -> None:
+        """Check the settings against the run's lengths before any forward pass (ValueError names the field)."""
+
+    def start(self, window: tuple[int, int] | None) -> None:
         """A new window opens (the whole response in non-AR mode, the next block in semi-AR mode)."""
 
     def choose(self, s: Scores) -> Choice:
         """The positions to commit at this step: at least one masked position of the window."""
-
-
-def plan(rule: Rule, gen_length: int, width: int) -> None:
-    """Let a rule check its settings against the run's lengths before any forward pass (ValueError names the field)."""
-    if hasattr(rule, "plan"):
-        rule.plan(gen_length, width)
+        raise NotImplementedError
 
 
 def steps_per_window(steps: int, gen_length: int, width: int) -> int:
@@ -91,6 +100,36 @@ def even_shares(masked: int, steps: int) -> list[int]:
     passes taking one more where they do not divide."""
     base, extra = divmod(masked, steps)
     return [base + (1 if k < extra else 0) for k in range(steps)]
+
+
+class Schedule:
+    """LLaDA's schedule as a rule keeps it (Vanilla's official samplers, KLASS's fallback): ``steps`` passes for
+    the whole answer split evenly over the blocks (0: one token a pass), and a window's masks split evenly over its
+    passes, counted from the first pass that asks."""
+
+    def __init__(self, steps: int):
+        self.steps, self.per_window = steps, 0
+        self.start()
+
+    def plan(self, gen_length: int, width: int) -> None:
+        self.per_window = steps_per_window(self.steps, gen_length, width)
+
+    def start(self) -> None:
+        self.step = 0
+        self.shares: list[int] | None = None
+
+    def tick(self, window: tuple[int, int]) -> tuple[int, int]:
+        """This pass's index in the window and the window's passes."""
+        i, self.step = self.step, self.step + 1
+        return i, self.per_window or (window[1] - window[0])
+
+    def even(self, i: int, steps: int, masked: int) -> int:
+        """How many of ``masked`` positions pass ``i`` commits: its even share of the masks the window had when
+        first asked; all that is left once the schedule has run out. At least one, at most ``masked``."""
+        if self.shares is None:
+            self.shares = even_shares(masked, steps)
+        count = self.shares[i] if i < len(self.shares) else masked
+        return max(1, min(count, masked))
 
 
 def top1(values: torch.Tensor, allowed: torch.Tensor) -> list[int]:
@@ -111,7 +150,7 @@ def factor_set(conf: torch.Tensor, positions: torch.Tensor, f: float = 1.0) -> t
 # ------------------------------------------------------------------------- Vanilla and Fast-dLLM
 
 @dataclass
-class Vanilla:
+class Vanilla(Rule):
     """LLaDA's low-confidence remasking with one token a step: commit the most confident masked position.
 
     With ``steps``, the official samplers: LLaDA's ``generate.py`` commits an even share of each block per step
@@ -124,33 +163,27 @@ class Vanilla:
     def __post_init__(self):
         self.rank = self.settings.remasking if self.settings.remasking in DREAM_RANKS else None
         self._random = torch.Generator().manual_seed(self.settings.random_seed)     # rules see CPU tensors only
-        self.per_window = 0
-        self.start(None)
+        self.schedule = Schedule(self.settings.steps)
 
     def plan(self, gen_length: int, width: int) -> None:
-        self.per_window = steps_per_window(self.settings.steps, gen_length, width)
+        self.schedule.plan(gen_length, width)
 
     def start(self, window) -> None:
-        self.window_step = 0
-        self.shares: list[int] | None = None
+        self.schedule.start()
 
     def choose(self, s: Scores) -> Choice:
         cand = s.candidates()
         remasking, masked = self.settings.remasking, int(cand.sum())
-        steps = self.per_window or (s.window[1] - s.window[0])             # 0: one token a step
-        i, self.window_step = self.window_step, self.window_step + 1
+        i, steps = self.schedule.tick(s.window)
         if remasking == "origin":
             return Choice(self._origin(cand, self._dream_share(i, steps)), "vanilla")
-        if remasking in ("low_confidence", "random"):
-            if self.shares is None:                                            # LLaDA: the block's masks, evenly
-                self.shares = even_shares(masked, steps)
-            count = self.shares[i] if i < steps else masked
+        if remasking in ("low_confidence", "random"):                          # LLaDA: the block's masks, evenly
+            count = self.schedule.even(i, steps, masked)
         else:
-            share = self._dream_share(i, steps)
-            count = int(masked * share)
+            count = max(1, min(int(masked * self._dream_share(i, steps)), masked))
         values = {"low_confidence": s.conf, "random": torch.rand(s.conf.shape, generator=self._random)}.get(
             remasking, s.rank)
-        return Choice(top_ranked(values, cand, max(1, min(count, masked))), "vanilla")
+        return Choice(top_ranked(values, cand, count), "vanilla")
 
     @staticmethod
     def _dream_share(i: int, steps: int) -> float:
@@ -175,30 +208,20 @@ def top_ranked(values: torch.Tensor, allowed: torch.Tensor, k: int) -> list[int]
 
 
 @dataclass
-class TopK:
+class TopK(Rule):
     """Naive parallel decoding (the paper's Observation I): the k most confident masked positions of the window,
     each from its own marginal, whatever they depend on. The same commits as LLaDA's low-confidence sampler with
     steps = gen_length / k (k dividing the window); the last step of a window commits what is left."""
     settings: TopKSettings = field(default_factory=TopKSettings)
-    rank = None
-
-    def start(self, window) -> None:
-        pass
-
     def choose(self, s: Scores) -> Choice:
         cand = s.candidates()
         return Choice(top_ranked(s.conf, cand, min(self.settings.k, int(cand.sum()))), "vanilla")
 
 
 @dataclass
-class FastThreshold:
+class FastThreshold(Rule):
     """Fast-dLLM, threshold rule: every masked position with conf > threshold, else the top-1."""
     settings: FastSettings = field(default_factory=FastSettings)
-    rank = None
-
-    def start(self, window) -> None:
-        pass
-
     def choose(self, s: Scores) -> Choice:
         cand = s.candidates()
         picked = torch.nonzero(cand & (s.conf > self.settings.threshold)).flatten().tolist()
@@ -206,14 +229,9 @@ class FastThreshold:
 
 
 @dataclass
-class FastFactor:
+class FastFactor(Rule):
     """Fast-dLLM, factor rule (f = 1 by default): always at least one token."""
     settings: FastFactorSettings = field(default_factory=FastFactorSettings)
-    rank = None
-
-    def start(self, window) -> None:
-        pass
-
     def choose(self, s: Scores) -> Choice:
         cand = s.candidates()
         picked = factor_set(s.conf, torch.nonzero(cand).flatten(), self.settings.factor).tolist()

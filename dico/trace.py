@@ -146,7 +146,7 @@ class Trace:
     label: str = ""
     limit_reached: bool = False
     length_search: dict | None = None
-    constraints: dict | None = None     # {"offset": token id} fixed before decoding (dico.state)
+    constraints: dict | None = None     # {"offset": token id} fixed before decoding (dico.constraints)
     fork: dict | None = None            # {"parent": label, "at": k, "method": parent's, "force": {"pos": id},
                                         #  "remask": [pos]}: edits made before step k of the parent's run
     schema: str = SCHEMA

@@ -26,7 +26,7 @@ import gradio as gr
 from dico.lanes import MAX_LANES, parse_lane
 from dico.loop import close_snapshot
 from dico.settings import SETTINGS
-from dico.state import decode_fork
+from dico.forking import decode_fork
 from dico.trace import MAX_JSON_BYTES, Trace, bundle_json, read_traces
 from dico_ui import render, runs
 from dico_ui.limits import LIMITS
@@ -244,7 +244,7 @@ def _predictor(parent: Trace):
 def precheck(predictor, req: ForkRequest) -> None:
     """The edits against the run before anything decodes (the library checks them again on the replayed state):
     positions of the response, tokens of the model, no edit of a fixed position, no take-back of a masked one."""
-    from dico.state import encode_fixed
+    from dico.constraints import encode_fixed
     forced = encode_fixed(predictor, req.force, req.parent.gen_length, field="force")
     fixed = {int(p) for p in req.parent.constraints or {}} | {int(p) for p in (req.parent.fork or {}).get("force", {})}
     before = req.parent.tokens_before(req.at)
@@ -356,7 +356,7 @@ def _step_view(trace, k):
 def show_candidates(run_index, k, position, traces) -> dict:
     """The model's top tokens at ``position`` in the pass of step ``k`` of the chosen run (replayed on the model),
     as choices for "force", and what the position holds before and after that step."""
-    from dico.state import candidates
+    from dico.forking import candidates
     parent = _run(traces or [], run_index) if traces else None
     if parent is None:
         raise ValueError("fork: there is no run on screen; press Run first")
@@ -549,7 +549,7 @@ def example_forks(predictor, parent: Trace, at: int, positions) -> list[tuple[Tr
     """Every single edit at the clash, each with its verdict (the prompt's checker): each token step ``at``
     committed taken back after it, then the model's next two candidates forced before it at each position."""
     from dico.embedded import tasks
-    from dico.state import candidates, fork
+    from dico.forking import candidates, fork
     item = render.judged_item(parent.prompt)
     tried = [fork(predictor, parent, at + 1, remask=[pos]) for pos in positions]
     for pos in positions:

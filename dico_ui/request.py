@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from dico.embedded import scope
 from dico.lanes import Lane, explicit, parse_lanes
 from dico.loop import check_inputs, check_request
-from dico.methods import make_rule
+from dico.methods import admit
 from dico.models import EMBEDDED_NAME, MaskPredictor, train_log
-from dico.rules import plan
 from dico.settings import (
     DEFAULT_BLOCK_LENGTH,
     DEFAULT_GEN_LENGTH,
@@ -31,7 +30,7 @@ from dico.settings import (
     sampling_specs,
     settings_for,
 )
-from dico.state import encode_fixed, parse_constraints
+from dico.constraints import encode_fixed, parse_constraints
 from dico_ui.limits import LIMITS
 from dico_ui.models import get_predictor
 from dico_ui.render import label
@@ -58,6 +57,11 @@ class RunRequest:
     block_length: int | None = None         # semi-AR only
     capture_attention: bool = True
     constraints: tuple[tuple[int, str | int], ...] = ()     # words fixed before decoding, every lane starts from them
+
+    def attends(self, i: int) -> bool:
+        """Whether lane ``i`` captures attention maps: the first DiCo lane, when the request asks for them."""
+        return self.capture_attention and i == next((j for j, lane in enumerate(self.lanes)
+                                                     if lane.method == "dico"), None)
 
     def options(self, lane: Lane) -> dict:
         """Keywords of ``dico.decode`` for one lane of this request."""
@@ -89,8 +93,8 @@ def parse_request(prompt, methods=DEFAULT_METHODS, settings: dict[str, dict] | N
                   mode=NON_AR, gen_length=DEFAULT_GEN_LENGTH, block_length=DEFAULT_BLOCK_LENGTH,
                   capture_attention=True, at=api_lane, constraints=None) -> RunRequest:
     """The one parse of a request: the lanes over their methods' ``settings``, numbers made whole, the lengths,
-    and every lane against the lengths (LLaDA's steps split over the blocks), in that order; ValueError naming
-    the field (``at`` names a lane as the caller's user knows it)."""
+    and every lane admitted to the run (``dico.methods.admit``: what its rule cannot do, LLaDA's steps split over
+    the blocks), in that order; ValueError naming the field (``at`` names a lane as the caller's user knows it)."""
     lanes = parse_lanes(methods, settings, where="methods" if at is api_lane else "Lanes", at=at)
     gen_length = whole(gen_length, "gen_length")
     if not 1 <= gen_length <= MAX_GEN_LENGTH:
@@ -98,13 +102,14 @@ def parse_request(prompt, methods=DEFAULT_METHODS, settings: dict[str, dict] | N
     block_length = whole(block_length, "block_length") if mode == SEMI_AR else None
     prompt = prompt if isinstance(prompt, str) else ""
     check_inputs(prompt, lanes[0].method, mode, gen_length, block_length)
+    req = RunRequest(prompt, lanes, model or EMBEDDED_NAME, mode, gen_length, block_length, bool(capture_attention),
+                     constraint_pairs(constraints))
     for i, lane in enumerate(lanes):
         try:
-            plan(make_rule(lane.method, mode, lane.settings), gen_length, block_length or gen_length)
+            admit(lane.method, mode, lane.settings, gen_length, block_length or gen_length, req.attends(i))
         except ValueError as exc:
             raise ValueError(f"{at(i)} ({lane.label}): {exc}") from None
-    return RunRequest(prompt, lanes, model or EMBEDDED_NAME, mode, gen_length, block_length, bool(capture_attention),
-                      constraint_pairs(constraints))
+    return req
 
 
 def constraint_pairs(value) -> tuple[tuple[int, str | int], ...]:

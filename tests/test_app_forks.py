@@ -8,7 +8,7 @@ import pytest
 
 import dico
 from dico.lanes import MAX_LANES
-from dico.state import candidates
+from dico.forking import candidates
 from dico.trace import Trace, bundle_json, read_traces
 
 gr = pytest.importorskip("gradio")
@@ -220,7 +220,7 @@ def test_run_takes_word_constraints_every_lane_starts_from(app_module, predictor
     from dico_ui import handlers
     last = drained(handlers.run_api(Session("words"), LESSON, "dico-tiny", "non-ar", GEN, 16, ["topk", "fast"], "",
                                     True, "0:The, 3:leader"))[-1]
-    fixed = {str(p): t for p, t in dico.state.encode_fixed(predictor, {0: "The", 3: "leader"}, GEN).items()}
+    fixed = {str(p): t for p, t in dico.constraints.encode_fixed(predictor, {0: "The", 3: "leader"}, GEN).items()}
     assert [t.constraints for t in last["traces"]] == [fixed, fixed]
     assert all(t.tokens_before(0)[int(p)] == tok for t in last["traces"] for p, tok in fixed.items())
     for given, field in (("0:The,0:A", "constraints: offset 0 is given twice"),

@@ -12,7 +12,8 @@ import torch
 
 import dico
 from dico import Trace, fork, generate, generate_batch
-from dico.state import decode_fork, parse_constraints
+from dico.constraints import parse_constraints
+from dico.forking import decode_fork
 from standins import tiny_model_folder
 
 GEN, BLOCK = 16, 8

@@ -49,7 +49,7 @@ def clash_step(predictor, item, trace):
 def take_back(predictor, item, trace) -> dict:
     """One miss: its clash, and for each clashing position committed by the clash step, whether the fork that takes
     it back right after that step answers right (with the fork's text)."""
-    from dico.state import fork
+    from dico.forking import fork
 
     kind, k, positions = clash_step(predictor, item, trace)
     found = {"kind": kind, "step": k, "positions": positions, "right": [], "texts": []}

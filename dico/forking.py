@@ -1,5 +1,4 @@
-"""Starting a decode from a state other than all masks (docs/decoding.md §8): words fixed before it starts
-(constraints, as LLaDA's demo takes them: "0:The,5:leader"), and forks of a recorded run at any step, with edits.
+"""Forks of a recorded run at any step, with edits (docs/decoding.md §8).
 
     trace = dico.generate(predictor, prompt, "topk", constraints={0: "The", 3: "leader"})
     forked = dico.fork(predictor, trace, at=3, remask=[7])                # take back position 7 before step 3
@@ -11,6 +10,7 @@ the parent's did, else the trace does not belong to this model and prompt), so e
 back as it was: the ids and masks, the semi-AR window, the rule's own memory (DiCo's phase and clusters, KLASS's KL
 history, Saber's confidences), the random stream of sampling and the KV cache. A fork with no edit continues
 exactly as its parent did. Forced and constrained positions are fixed: no rule commits or takes them back.
+This module sits above the loop: it drives ``dico.loop`` (which never imports it).
 """
 from __future__ import annotations
 
@@ -18,79 +18,11 @@ from collections.abc import Generator
 
 import torch
 
+from dico.constraints import encode_fixed, response_position
 from dico.lanes import MAX_LABEL_CHARS, default_label
+from dico.loop import Decoding, drive
+from dico.settings import SETTINGS
 from dico.trace import Step, Trace
-
-MAX_EDITS = 64
-
-
-def parse_constraints(text: str) -> dict[int, str]:
-    """LLaDA's demo syntax, "0:Once, 5:upon" -> {0: "Once", 5: "upon"} (ValueError naming ``constraints``)."""
-    out: dict[int, str] = {}
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
-        offset, sep, word = part.partition(":")
-        if not sep or not offset.strip().lstrip("-").isdigit() or not word.strip():
-            raise ValueError(f"constraints: {part!r} is not offset:word (e.g. 0:The, 5:leader)")
-        if int(offset) in out:
-            raise ValueError(f"constraints: offset {int(offset)} is given twice")
-        out[int(offset)] = word.strip()
-    return out
-
-
-def encode_fixed(predictor, given: dict, gen_length: int, field: str = "constraints") -> dict[int, int]:
-    """{response offset: word or token id} -> {position: token id}: a word is encoded by the model's tokenizer and
-    fills consecutive positions from its offset. Errors name ``field``: an offset outside the response, a word that
-    encodes to nothing, pieces that overflow the response or overlap another's."""
-    if not isinstance(given, dict):
-        raise ValueError(f"{field}: must map response offsets to words or token ids")
-    if len(given) > MAX_EDITS:
-        raise ValueError(f"{field}: at most {MAX_EDITS} positions, got {len(given)}")
-    fixed: dict[int, int] = {}
-    for offset, value in sorted(given.items(), key=lambda kv: int(kv[0]) if str(kv[0]).lstrip("-").isdigit() else 0):
-        pos = _offset(offset, gen_length, field)
-        pieces = _pieces(predictor, value, field, pos)
-        if pos + len(pieces) > gen_length:
-            raise ValueError(f"{field}: {value!r} at {pos} needs {len(pieces)} positions and overflows the response "
-                             f"({gen_length} positions)")
-        for i, token in enumerate(pieces):
-            if pos + i in fixed:
-                raise ValueError(f"{field}: {value!r} at {pos} overlaps another word at {pos + i}")
-            fixed[pos + i] = token
-    return fixed
-
-
-def _offset(offset, gen_length: int, field: str) -> int:
-    try:
-        pos = int(offset)
-    except (TypeError, ValueError):
-        raise ValueError(f"{field}: {_noun(field)} {offset!r} is not a whole number") from None
-    if isinstance(offset, bool) or not 0 <= pos < gen_length or str(pos) != str(offset).strip():
-        raise ValueError(f"{field}: {_noun(field)} {offset!r} lies outside the response (0..{gen_length - 1})")
-    return pos
-
-
-def _noun(field: str) -> str:
-    return "offset" if field == "constraints" else "position"
-
-
-def _pieces(predictor, value, field: str, pos: int) -> list[int]:
-    """A token id as it is (checked against the vocabulary), or a word's pieces."""
-    vocab = len(predictor.tokenizer)
-    if isinstance(value, int) and not isinstance(value, bool):
-        if not 0 <= value < vocab or value == predictor.mask_id:
-            raise ValueError(f"{field}: token id {value} at {pos} is not a token of the model (0..{vocab - 1}, "
-                             "not the mask)")
-        return [value]
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{field}: the word at {pos} is empty")
-    pieces = predictor.encode_word(value)
-    if not pieces:
-        raise ValueError(f"{field}: {value!r} at {pos} encodes to no token")
-    return pieces
-
-
-# ------------------------------------------------------------------------------------------------------ forks
-
 def decode_fork(predictor, parent: Trace, at: int, *, force: dict | None = None, remask=None,
                 method: str | None = None, settings=None,
                 label: str | None = None) -> Generator[tuple[Trace, Step], None, Trace]:
@@ -103,8 +35,6 @@ def decode_fork(predictor, parent: Trace, at: int, *, force: dict | None = None,
         run.switch_rule(method, settings)
     run.trace.fork = {"parent": parent.name, "at": at, "method": parent.method, **edits}
     run.trace.label = label or fork_label(parent, run, at, edits)
-    # dico.loop imports this module, so its driver is taken when a fork runs
-    from dico.loop import drive
     return (yield from drive(run))
 
 
@@ -121,7 +51,6 @@ def fork(predictor, parent: Trace, at: int, **options) -> Trace:
 def replay(predictor, parent: Trace, at: int):
     """A ``Decoding`` in the state ``parent`` was in before its step ``at``: its first ``at`` steps decoded again
     on the model, each checked against the parent's (commits, tokens, take-backs)."""
-    from dico.loop import Decoding
     _check_parent(predictor, parent, at)
     constraints = {int(p): t for p, t in (parent.constraints or {}).items()}
     run = Decoding(predictor, parent.prompt, parent.method, mode=parent.mode, gen_length=parent.gen_length,
@@ -164,7 +93,6 @@ def _check_parent(predictor, parent: Trace, at: int) -> None:
 
 def _recorded_settings(parent: Trace) -> dict:
     """The settings the parent ran with, as its trace records them (DiCo's N in effect is recorded, not set)."""
-    from dico.settings import SETTINGS
     known = {f for f in SETTINGS[parent.method].__dataclass_fields__}
     return {k: v for k, v in parent.settings.items() if k in known}
 
@@ -173,7 +101,7 @@ def apply_edits(run, force: dict, remask: list) -> dict:
     """Force positions to tokens (fixed from now on) and take decoded ones back, on a ``Decoding`` between steps.
     Returns the edits as the trace records them ({"force": {pos: token}, "remask": [pos]})."""
     forced = encode_fixed(run.predictor, force, run.n, field="force")
-    taken = sorted({_offset(p, run.n, "remask") for p in remask})
+    taken = sorted({response_position(p, run.n, "remask") for p in remask})
     for pos in list(forced) + taken:
         if bool(run.fixed[pos]):
             raise ValueError(f"{'force' if pos in forced else 'remask'}: position {pos} is fixed by a constraint "
@@ -217,7 +145,7 @@ def candidates(predictor, trace: Trace, at: int, position: int, k: int = 5) -> l
     rebuilt as a fork rebuilds it): (token id, its text, its probability), most likely first. What a teacher's
     "force" offers (the mask token never among them)."""
     run = replay(predictor, trace, min(at, len(trace.steps)))
-    pos = _offset(position, trace.gen_length, "position")
+    pos = response_position(position, trace.gen_length, "position")
     if not 1 <= k <= 50:
         raise ValueError(f"k: must be in 1..50, got {k!r}")
     logits, _ = run.forward()
