@@ -93,7 +93,7 @@ def _check_parent(predictor, parent: Trace, at: int) -> None:
 
 def _recorded_settings(parent: Trace) -> dict:
     """The settings the parent ran with, as its trace records them (DiCo's N in effect is recorded, not set)."""
-    known = {f for f in SETTINGS[parent.method].__dataclass_fields__}
+    known = set(SETTINGS[parent.method].names())
     return {k: v for k, v in parent.settings.items() if k in known}
 
 

@@ -10,7 +10,7 @@ Every lane is checked once, here, before anything runs: too many lanes, an unkno
 method, a value out of range or two lanes with one label is a ValueError naming the lane and the field. After that
 a ``Lane`` holds checked ``Settings`` and nothing checks them again. A lane's default label is its method's
 (``METHOD_LABELS``) with the settings that tell it apart; the trace of its run records it. The preset rule
-(settings given explicitly win over a preset switch, ``explicit``) is decided here too. Plain Python (no torch):
+(settings given explicitly win over a preset switch) is ``dico.settings.resolve``'s. Plain Python (no torch):
 the app, the CLI and the figures read it cheaply.
 """
 from __future__ import annotations
@@ -41,19 +41,6 @@ class Lane:
 def _defaults(method: str) -> dict:
     cls = SETTINGS.get(method)
     return {spec.name: spec.default for spec in specs(cls)} if cls else {}
-
-
-def explicit(method: str, values: dict, every_setting_shown: bool = False) -> dict:
-    """The preset rule, in one place: settings given explicitly win over a preset switch (``Settings.presets``,
-    e.g. DiCo's switch to the authors' code), which fills the rest. A dict (the API, the CLI, a lane's own
-    settings) gives what it names. A form that shows every setting (``every_setting_shown``: the page's controls)
-    cannot tell a value left alone from one typed, so with a switch on, a value equal to its default counts as not
-    given."""
-    cls = SETTINGS.get(method)
-    if not every_setting_shown or cls is None or not any(values.get(switch) for switch in cls.presets):
-        return dict(values)
-    defaults = _defaults(method)
-    return {k: v for k, v in values.items() if k in cls.presets or v != defaults.get(k)}
 
 
 def _beyond_presets(method: str, shown: dict) -> dict:

@@ -10,7 +10,7 @@ plain Python (no torch), so the app, the CLI and the figures can read it cheaply
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
 # Shared defaults of a decode (the CLI, the app, the benchmark and the golden traces all read these).
 MODES = ("non-ar", "semi-ar")
@@ -21,14 +21,25 @@ MAX_PROMPT_CHARS = 4000
 CACHE_KINDS = ("none", "prefix", "dual", "delayed")
 
 
+class _Unset:
+    """The default of every setting field: "not given". ``Settings.__post_init__`` resolves it (``resolve``), so a
+    value given explicitly, even one equal to the declared default, is told apart from one left out."""
+    def __repr__(self):
+        return "UNSET"
+
+
+UNSET = _Unset()
+
+
 def setting(default, help: str, *, range: tuple | None = None, step: float | None = None, choices: tuple = (),
             paper=None, code=None, open_low: bool = False, label: str | None = None):
-    """A field with what every consumer needs: ``range`` is inclusive (``open_low`` excludes its low end);
-    ``paper`` / ``code`` record the paper's and the authors' code values where they differ from the default;
-    ``label`` is the app's wording where the name alone would not say it."""
-    meta = dict(help=help, range=range, step=step, choices=tuple(choices), paper=paper, code=code, open_low=open_low,
-                label=label)
-    return field(default=default, metadata=meta)
+    """A field with what every consumer needs: ``default`` is the value a setting left out takes (a preset switch
+    may give it another, ``resolve``); ``range`` is inclusive (``open_low`` excludes its low end); ``paper`` /
+    ``code`` record the paper's and the authors' code values where they differ from the default; ``label`` is the
+    app's wording where the name alone would not say it."""
+    meta = dict(default=default, help=help, range=range, step=step, choices=tuple(choices), paper=paper, code=code,
+                open_low=open_low, label=label)
+    return field(default=UNSET, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -78,51 +89,82 @@ def specs(cls) -> list[Spec]:
     """The settings of a settings class, in declaration order."""
     out = []
     for f in fields(cls):
+        if "help" not in f.metadata:                # not a setting (``Settings._given``)
+            continue
         kind = {"bool": bool, "int": int, "float": float, "str": str}[f.type if isinstance(f.type, str) else
                                                                         f.type.__name__]
-        default = f.default if f.default is not MISSING else None
-        out.append(Spec(f.name, kind, default, **f.metadata))
+        out.append(Spec(f.name, kind, **f.metadata))
     return out
 
 
+def resolve(cls, given: dict) -> dict:
+    """The preset rule, written once: every setting of ``cls`` from the values ``given`` explicitly. A setting not
+    given takes its declared default, or, while a preset switch (``cls.presets``) is on, the preset's value; a
+    value given explicitly always wins, even one equal to the default. Values are checked (ValueError naming the
+    setting)."""
+    checked = {spec.name: spec for spec in specs(cls)}
+    given = {name: checked[name].check(value) for name, value in given.items()}
+    values = {name: spec.default for name, spec in checked.items()}
+    for switch, preset in cls.presets.items():
+        if given.get(switch, values[switch]):
+            values.update(preset)
+    values.update(given)
+    return values
+
+
+def given_in_form(cls, values: dict) -> dict:
+    """What a form that shows every setting gave (the page's controls): it cannot tell a value left alone from one
+    typed, so while a preset switch is on, a value equal to its declared default counts as not given."""
+    if not any(values.get(switch) for switch in cls.presets):
+        return dict(values)
+    defaults = {spec.name: spec.default for spec in specs(cls)}
+    return {k: v for k, v in values.items() if k in cls.presets or v != defaults.get(k)}
+
+
 class Settings:
-    """Base of every method's settings: checked on construction, built from a plain dict.
+    """Base of every method's settings: checked on construction, one rule for presets (``resolve``) whichever way
+    they are built: directly (``DiCoSettings(authors_code=True, seeds=0)``), from a plain dict (``from_dict``, what
+    the CLI, the app, the API and ``dico.generate`` use) or by ``dataclasses.replace`` (the values it changes count
+    as given, the others stay given or not as they were).
 
     ``presets`` maps a switch (a bool setting) to the values it stands for: with the switch on, every setting
-    not given explicitly takes the preset's value. In ``from_dict`` (what the CLI, the app, the API and
-    ``dico.generate`` use) "given" means present in the dict; constructing the class directly can only tell a
-    value left at its default, so there the preset fills the settings that hold their defaults.
+    not given explicitly takes the preset's value.
     """
     presets = {}        # switch name -> {setting: value}; see DiCoSettings
 
     def __post_init__(self):
-        for spec in specs(type(self)):
-            object.__setattr__(self, spec.name, spec.check(getattr(self, spec.name)))
-        defaults = {spec.name: spec.default for spec in specs(type(self))}
-        for switch, preset in self.presets.items():
-            if getattr(self, switch):
-                for name, value in preset.items():
-                    if getattr(self, name) == defaults[name]:
-                        object.__setattr__(self, name, value)
+        values = {spec.name: getattr(self, spec.name) for spec in specs(type(self))}
+        if self._given is None:                     # built directly or from a dict: what was passed is given
+            given = {k: v for k, v in values.items() if v is not UNSET}
+        else:                                       # dataclasses.replace passed every value: the changed ones
+            before = dict(self._given)              # are given now
+            was = resolve(type(self), before)
+            given = {**before, **{k: v for k, v in values.items() if v is not UNSET and v != was[k]}}
+        for name, value in resolve(type(self), given).items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_given", tuple(sorted(given.items())))
 
     @classmethod
     def from_dict(cls, values: dict | None = None):
         values = dict(values or {})
-        known = [f.name for f in fields(cls)]
+        known = cls.names()
         unknown = [k for k in values if k not in known]
         if unknown:
             what = f"known: {', '.join(known)}" if known else "it takes no settings"
             raise ValueError(f"{unknown[0]}: not a setting of {cls.method!r} ({what})")
-        switches = [s for s in cls.presets if values.get(s) is True]
-        for switch in switches:         # the preset first, the given values over it
-            values = {**cls.presets[switch], **values, switch: False}
-        made = cls(**values)            # switches off here: __post_init__ must not refill what was given
-        for switch in switches:
-            object.__setattr__(made, switch, True)
-        return made
+        return cls(**values)
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The names of the settings, in declaration order."""
+        return [spec.name for spec in specs(cls)]
+
+    def given(self) -> dict:
+        """The settings given explicitly (the rest came from defaults or a preset)."""
+        return dict(self._given)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {name: getattr(self, name) for name in self.names()}
 
 
 # ----------------------------------------------------------------------------- the methods' settings
@@ -158,9 +200,12 @@ class SamplingSettings(Settings):
     cache_prompt: bool = setting(True, "keep the prompt's keys and values between refreshes, as Fast-dLLM and "
                                  "dKV-Cache do; off: every pass computes the prompt too, so it reads the answer "
                                  "written so far (answers that copy choices from the prompt need that)")
+    # The settings given explicitly, as (name, value) pairs, kept so that dataclasses.replace keeps the preset rule;
+    # not a setting (no metadata), never compared, never written (``to_dict``).
+    _given: tuple | None = field(default=None, compare=False, repr=False)
 
 
-SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingSettings))
+SAMPLING_FIELDS = tuple(SamplingSettings.names())
 
 
 def own_specs(cls) -> list[Spec]:

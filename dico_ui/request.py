@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dico.embedded import scope
-from dico.lanes import Lane, explicit, parse_lanes
+from dico.lanes import Lane, parse_lanes
 from dico.loop import check_inputs, check_request
 from dico.methods import admit
 from dico.models import EMBEDDED_NAME, MaskPredictor, train_log
@@ -28,6 +28,7 @@ from dico.settings import (
     SETTINGS,
     own_specs,
     sampling_specs,
+    given_in_form,
     settings_for,
 )
 from dico.constraints import encode_fixed, parse_constraints
@@ -152,7 +153,7 @@ def api_request(prompt, model, mode, gen_length, block_length, methods, settings
 def settings_from_controls(methods: list, values) -> dict[str, dict]:
     """The values of the generated controls (``CONTROLS`` order) as one dict per chosen method (a lane's dict
     counts as its method), each value checked; the shared sampling options go to every chosen method. A
-    control left at its default beside a preset switch counts as not given (``dico.lanes.explicit``)."""
+    control left at its default beside a preset switch counts as not given (``dico.settings.given_in_form``)."""
     methods = [m.get("method") if isinstance(m, dict) else m for m in methods]
     methods = [m for m in dict.fromkeys(methods) if isinstance(m, str) and m in SETTINGS]
     values = list(values)
@@ -168,7 +169,7 @@ def settings_from_controls(methods: list, values) -> dict[str, dict]:
             raise ValueError(f"{group_label(group)} setting {exc}") from None
         for method in (methods if group == SHARED else [group]):
             out[method][spec.name] = checked
-    return {method: explicit(method, values, every_setting_shown=True) for method, values in out.items()}
+    return {method: given_in_form(SETTINGS[method], values) for method, values in out.items()}
 
 
 def group_label(group: str) -> str:

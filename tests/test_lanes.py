@@ -67,15 +67,12 @@ def test_a_lane_is_named_as_its_caller_names_it():
         parse_lanes([{"method": "topk", "settings": {"k": 0}}], at=page)
 
 
-def test_the_preset_rule_lives_in_one_place_settings_given_explicitly_win():
+def test_a_lane_from_the_page_form_with_a_preset_switch_names_what_the_preset_did_not_fill():
     """With DiCo's authors_code switch on, a form's values left at their defaults are not "given" (the preset fills
-    them) and the values changed win; a dict gives what it names, defaults too."""
-    from dico.lanes import explicit
-    from dico.settings import AUTHORS_CODE, DiCoSettings, specs
+    them) and the values changed win (every entry's preset rule: tests/test_one_path.py)."""
+    from dico.settings import AUTHORS_CODE, DiCoSettings, given_in_form, specs
     form = {spec.name: spec.default for spec in specs(DiCoSettings)} | {"authors_code": True, "tau1": 0.4}
-    assert explicit("dico", form, every_setting_shown=True) == {"authors_code": True, "tau1": 0.4}
-    assert explicit("dico", {"authors_code": True, "seeds": 0}) == {"authors_code": True, "seeds": 0}
-    (lane,) = parse_lanes([{"method": "dico", "settings": explicit("dico", form, every_setting_shown=True)}])
+    (lane,) = parse_lanes([{"method": "dico", "settings": given_in_form(DiCoSettings, form)}])
     assert lane.settings.tau1 == 0.4 and lane.settings.seeds == AUTHORS_CODE["seeds"] and lane.settings.authors_code
     assert lane.label == "DiCo (authors_code=on, tau1=0.4)"
     (given,) = parse_lanes([{"method": "dico", "settings": {"authors_code": True, "seeds": 0}}])

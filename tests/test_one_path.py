@@ -1,0 +1,221 @@
+"""One way through the code (issue 51): no import circle, one preset rule at every entry, a rule's refusals before
+anything runs, and one rule contract."""
+import ast
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+
+import dico.__main__ as cli
+from dico.lanes import parse_lanes
+from dico.methods import RULES, admit
+from dico.rules import Rule
+from dico.settings import METHODS, SETTINGS, Settings, settings_for, specs
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("dico", "dico_ui", "visuals")
+
+
+# ------------------------------------------------------------------------------------------------ import circles
+
+def modules() -> dict[str, Path]:
+    found = {"app": ROOT / "app.py"}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict) -> set[str]:
+    """Every project module ``name`` imports, wherever the import stands (top level, a function, a branch)."""
+    def owner(dotted: str) -> str | None:
+        while dotted and dotted not in known:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {owner(a.name) for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            out |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else owner(base) for a in node.names}
+    return out - {None, name}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_itself_round_a_circle_not_even_from_inside_a_function():
+    known = modules()
+    graph = {name: imports(name, path, known) for name, path in known.items()}
+    assert circles(graph) == []
+
+
+def test_the_circle_finder_finds_a_circle_hidden_in_a_function():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+    src = "def f():\n    from dico.loop import drive\n"
+    path = ROOT / "dico" / "constraints.py"
+    assert "dico.loop" in imports("dico.constraints", type("P", (), {"read_text": lambda self: src,
+                                                                      "name": path.name})(), modules())
+
+
+# ------------------------------------------------------------------------------------------------ one preset rule
+
+PRESET_FIELDS = [(method, switch, name, value) for method, cls in SETTINGS.items()
+                 for switch, preset in cls.presets.items() for name, value in preset.items()]
+
+
+def other_value(spec, *avoid):
+    """A valid value of ``spec`` that is none of ``avoid``."""
+    if spec.type is bool:
+        candidates = [True, False]
+    elif spec.choices:
+        candidates = list(spec.choices)
+    else:
+        lo, hi = spec.range
+        candidates = [spec.type(lo + (hi - lo) * f) for f in (0.25, 0.5, 0.75, 1.0)] + [spec.type(hi)]
+    return next((v for v in candidates if v not in avoid), None)
+
+
+def through_every_entry(method: str, given: dict) -> dict[str, Settings]:
+    """The same settings given explicitly through every entry a user has."""
+    cls = SETTINGS[method]
+    switched = cls(**{k: v for k, v in given.items() if k in cls.presets})
+    rest = {k: v for k, v in given.items() if k not in cls.presets}
+    (lane,) = parse_lanes([{"method": method, "settings": given}])
+    (shared,) = parse_lanes([method], {method: given})
+    args = cli.build_parser().parse_args(["generate", "--prompt", "x", "--method", method] + [
+        a for k, v in given.items() for a in ((f"--{k.replace('_', '-')}" if v else f"--no-{k.replace('_', '-')}",)
+                                              if isinstance(v, bool) else (f"--{k.replace('_', '-')}", str(v)))])
+    return {"direct": cls(**given), "from_dict": cls.from_dict(given), "settings_for": settings_for(method, given),
+            "replace": dataclasses.replace(switched, **rest), "a lane's own settings (API, page)": lane.settings,
+            "a method's settings (API)": shared.settings,
+            "the CLI": admit(method, "non-ar", cli.given_settings(args)).settings}
+
+
+@pytest.mark.parametrize("method,switch,name,preset_value", PRESET_FIELDS,
+                         ids=[f"{m}.{s}.{n}" for m, s, n, _ in PRESET_FIELDS])
+def test_every_entry_agrees_a_value_given_explicitly_wins_over_its_preset(method, switch, name, preset_value):
+    spec = {s.name: s for s in specs(SETTINGS[method])}[name]
+    for value in {spec.default, other_value(spec, spec.default, preset_value)} - {None, preset_value}:
+        got = through_every_entry(method, {switch: True, name: value})
+        assert {entry: getattr(s, name) for entry, s in got.items()} == {entry: value for entry in got}
+    left_out = through_every_entry(method, {switch: True})
+    assert {entry: getattr(s, name) for entry, s in left_out.items()} == {entry: preset_value for entry in left_out}
+
+
+@pytest.mark.parametrize("method,switch,name,preset_value", PRESET_FIELDS,
+                         ids=[f"{m}.{s}.{n}" for m, s, n, _ in PRESET_FIELDS])
+def test_replace_keeps_what_was_given_and_a_switch_turned_on_by_replace_fills_its_preset(method, switch, name,
+                                                                                       preset_value):
+    cls = SETTINGS[method]
+    spec = {s.name: s for s in specs(cls)}[name]
+    given = cls.from_dict({switch: True, name: spec.default})
+    unrelated = next(s for s in specs(cls) if s.name not in cls.presets[switch] and s.name != switch)
+    moved = dataclasses.replace(given, **{unrelated.name: other_value(unrelated, unrelated.default)})
+    assert getattr(moved, name) == spec.default and getattr(moved, switch)
+    assert dataclasses.replace(cls(), **{switch: True}) == cls(**{switch: True})
+    assert getattr(dataclasses.replace(cls(), **{switch: True}), name) == preset_value
+
+
+def test_the_page_form_counts_a_control_left_at_its_default_as_not_given():
+    """The page shows every setting and cannot tell a value left alone from one typed: with a switch on, a control
+    at its default is filled by the preset; one changed wins (``dico.settings.given_in_form``)."""
+    from dico.settings import AUTHORS_CODE, DiCoSettings, given_in_form
+    form = {s.name: s.default for s in specs(DiCoSettings)} | {"authors_code": True, "tau1": 0.4}
+    assert given_in_form(DiCoSettings, form) == {"authors_code": True, "tau1": 0.4}
+    made = settings_for("dico", given_in_form(DiCoSettings, form))
+    assert made.tau1 == 0.4 and made.seeds == AUTHORS_CODE["seeds"]
+
+
+def test_settings_write_and_compare_only_their_settings():
+    from dico.settings import DiCoSettings
+    assert "_given" not in DiCoSettings().to_dict() and "_given" not in {s.name for s in specs(DiCoSettings)}
+    assert DiCoSettings(tau1=0.3) == DiCoSettings()            # given or not, the same values are the same settings
+    with pytest.raises(ValueError, match="_given: not a setting of 'dico'"):
+        settings_for("dico", {"_given": ()})
+
+
+# ------------------------------------------------------------------------------------- the rule contract, refusals
+
+def test_every_rule_keeps_the_one_contract_and_declares_only_refusals_the_request_knows():
+    from dico.methods import ASKED
+    for method in METHODS:
+        rule = admit(method, "non-ar")
+        assert isinstance(rule, Rule) and type(rule).choose is not Rule.choose
+        assert set(rule.cannot) <= set(ASKED), method
+    assert set(RULES) == set(METHODS)
+
+
+@pytest.mark.parametrize("settings,capture,field", [({"cache": "dual"}, False, "cache"),
+                                                    ({"cfg_scale": 1.0}, False, "cfg_scale"),
+                                                    ({}, True, "capture_attention")])
+def test_what_a_rule_cannot_do_is_refused_by_admit_naming_the_field(settings, capture, field):
+    with pytest.raises(ValueError, match=rf"^{field}: WINO cannot run with it \("):
+        admit("wino", "non-ar", settings, 96, 96, capture_attention=capture)
+    admit("fast", "non-ar", settings, 96, 96, capture_attention=capture)       # the others can
+
+
+def test_the_loop_and_a_switch_of_rule_refuse_through_admit(predictor):
+    from dico.loop import Decoding
+    with pytest.raises(ValueError, match=r"^cache: WINO cannot run with it"):
+        Decoding(predictor, "Take the numbers 4, 9, 2. Add 3 to each number.", "wino", gen_length=16,
+                 settings={"cache": "dual"})
+    run = Decoding(predictor, "Take the numbers 4, 9, 2. Add 3 to each number.", "fast", gen_length=16)
+    with pytest.raises(ValueError, match=r"^cfg_scale: WINO cannot run with it"):
+        run.switch_rule("wino", {"cfg_scale": 1.0})
+
+
+def test_the_cli_refuses_what_a_rule_cannot_do_before_loading_a_model(capsys, monkeypatch):
+    import dico.models
+    monkeypatch.setattr(dico.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    assert cli.main(["generate", "--prompt", "Add 3 to 4.", "--method", "wino", "--cache", "dual"]) == 2
+    assert capsys.readouterr().err.startswith("error: cache: WINO cannot run with it")
+
+
+def test_no_rule_is_asked_for_its_parts_by_reflection():
+    """The loop reads a rule's declared parts (``Rule``), never ``getattr(rule, ...)`` / ``hasattr(rule, ...)``."""
+    for module in ("dico/loop.py", "dico/batch.py", "dico/methods.py", "dico/rules.py"):
+        source = (ROOT / module).read_text()
+        assert "getattr(self.rule" not in source and "getattr(rule" not in source and "hasattr(rule" not in source
+
+
+def test_llada_schedule_is_written_once():
+    from dico import field_rules, rules
+    assert "even_shares(" not in inspect.getsource(field_rules)
+    assert inspect.getsource(rules).count("even_shares(") == 2          # its definition and Schedule's one call
