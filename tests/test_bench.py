@@ -1,5 +1,6 @@
 """The benchmark on a tiny subset: rows name the method and its label, carry answer NFE and a Wilson interval,
-and two lengths decode side by side in one run; the README shows exactly the shipped tables."""
+and two lengths decode side by side in one run. That README and docs/ show exactly the shipped tables is
+tests/test_docs_tables.py's."""
 import os
 import subprocess
 import sys
@@ -97,21 +98,6 @@ def test_the_cache_bench_refuses_a_bad_refresh_or_mode_naming_it(args, capsys):
 
     assert main(["cache", "--items", "2", *args, "--no-progress"]) == 2
     assert f"error: {args[0][2:]}:" in capsys.readouterr().err
-
-
-def test_readmes_older_benchmark_block_if_any_shows_exactly_the_shipped_tables_and_their_commands():
-    from dico.bench.docs import README_MARKERS, readme_section, splice_readme
-
-    readme = (ROOT / "README.md").read_text()
-    section = readme_section(ROOT / "assets" / "bench")
-    if README_MARKERS[0] in readme:
-        assert f"{README_MARKERS[0]}\n{section}\n{README_MARKERS[1]}" in readme, \
-            "README's benchmark block is stale: run python -m dico.bench docs"
-    assert splice_readme(readme, section) == readme
-    assert splice_readme("a\n<!-- bench:start -->\nold\n<!-- bench:end -->\nb", "new") == \
-        "a\n<!-- bench:start -->\nnew\n<!-- bench:end -->\nb"
-    assert splice_readme("no block", "new") == "no block"
-    assert "python -m dico.bench --jobs 2 --lengths 96/32" in section and "**Ablation: tg**" in section
 
 
 def test_the_docs_show_the_shipped_cache_tables_as_generated_tables():

@@ -264,17 +264,22 @@ def test_stop_reaches_a_race_running_in_a_worker_process(app_module, predictor, 
 
 def test_a_missing_or_corrupt_shipped_example_still_opens_the_page(app_module, monkeypatch, tmp_path):
     from dico_ui import layout
+    shipped, notice = layout.load_examples()                    # the shipped file: its prompts, no notice
+    assert shipped and all(isinstance(e["prompt"], str) for e in shipped) and notice == ""
     broken = tmp_path / "broken.json"
     broken.write_text('{"examples": [{"no prompt": 1}')
-    for path in (broken, tmp_path / "missing.json"):
+    unprompted = tmp_path / "unprompted.json"
+    unprompted.write_text('{"examples": [{"no prompt": 1}]}')
+    for path in (broken, unprompted, tmp_path / "missing.json"):
         monkeypatch.setattr(h, "EXAMPLE_RUN", path)
         out = h.first_impression()
         assert "could not be read" in out["status"] and out["traces"] == [] and "prompt" not in out
-        assert layout.load_examples(path) == ([], layout.load_examples(path)[1]) and "could not be read" in \
-            layout.load_examples(path)[1]
+        examples, notice = layout.load_examples(path)
+        assert examples == [] and "could not be read" in notice
     monkeypatch.setattr(layout, "EXAMPLES", broken)
     demo = layout.build_demo()
-    assert any(getattr(b, "elem_id", None) == "examples-notice" for b in demo.blocks.values())
+    notices = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "examples-notice"]
+    assert len(notices) == 1 and "could not be read" in notices[0].value
 
 
 # ============================================================================ one typed request, pickled

@@ -8,8 +8,7 @@ what ``tables.render`` gives for the JSON the first marker names, the table the 
     <!-- /table -->
 
 The command rewrites every such block, every ``assets/bench/**/NAME.md`` beside a ``NAME.json`` that renders (a
-combined Table 1, ``python -m dico.bench combine``, made again from its sources first), and
-README's older benchmark block (between ``<!-- bench:start -->`` and ``<!-- bench:end -->``) where there is one.
+combined Table 1, ``python -m dico.bench combine``, made again from its sources first).
 ``--check`` writes nothing: it lists what is stale and exits 1 (0 when all is current).
 """
 from __future__ import annotations
@@ -26,7 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TABLE = re.compile(r"^<!-- table: (?P<path>\S+) -->\n(?P<body>.*?)^<!-- /table -->$", re.M | re.S)
 README_RESULTS = ("table1", "table1_256", "frontier", "throughput", "ablation_tg", "ablation_margin", "ablation_seeds",
                   "ablation_conquer", "ablation_authors")
-README_MARKERS = ("<!-- bench:start -->", "<!-- bench:end -->")
 
 
 def rendered(path: str, root: Path = ROOT) -> str:
@@ -84,15 +82,6 @@ def _provenance(run: dict) -> str:
     return weights + resumed
 
 
-def splice_readme(readme: str, section: str) -> str:
-    """``readme`` with its benchmark block replaced by ``section`` (unchanged if it has no block)."""
-    start, end = README_MARKERS
-    if start not in readme or end not in readme:
-        return readme
-    head, rest = readme.split(start, 1)
-    return f"{head}{start}\n{section}\n{end}{rest.split(end, 1)[1]}"
-
-
 def table_files(root: Path = ROOT, combined: dict | None = None) -> list[tuple[Path, str]]:
     """Every ``NAME.md`` beside a ``NAME.json`` under assets/bench, with what the JSON renders (a combined file's
     JSON as ``combined`` remakes it)."""
@@ -141,10 +130,7 @@ def regenerated(root: Path = ROOT) -> dict[Path, str]:
     combined = combined_files(root)
     files = {**combined, **dict(table_files(root, combined))}
     for page in pages(root):
-        text = fill_tables(page.read_text(encoding="utf-8"), root)
-        if page.name == "README.md":
-            text = splice_readme(text, readme_section(root / "assets" / "bench"))
-        files[page] = text
+        files[page] = fill_tables(page.read_text(encoding="utf-8"), root)
     return files
 
 
