@@ -23,6 +23,8 @@ from dico.lanes import MAX_LABEL_CHARS, default_label
 from dico.loop import Decoding, drive
 from dico.settings import SETTINGS
 from dico.trace import Step, Trace
+
+
 def decode_fork(predictor, parent: Trace, at: int, *, force: dict | None = None, remask=None,
                 method: str | None = None, settings=None,
                 label: str | None = None) -> Generator[tuple[Trace, Step], None, Trace]:

@@ -22,6 +22,7 @@ from collections.abc import Generator
 import torch
 
 from dico.cache import Cache, cache_shift, forward_for, uncached_token_forwards
+from dico.constraints import encode_fixed
 from dico.lanes import default_label
 from dico.length import AUTO, auto_length
 from dico.methods import admit
@@ -39,7 +40,6 @@ from dico.settings import (
     SEMI_AR,
     Settings,
 )
-from dico.constraints import encode_fixed
 from dico.trace import STAGES, AttentionStages, Step, Trace
 
 CONFIDENCE_DIGITS = 5       # the trace rounds confidences to this many digits (its JSON stays small)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
 import torch
 
 from dico.sampling import DREAM_RANKS

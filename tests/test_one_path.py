@@ -219,3 +219,16 @@ def test_llada_schedule_is_written_once():
     from dico import field_rules, rules
     assert "even_shares(" not in inspect.getsource(field_rules)
     assert inspect.getsource(rules).count("even_shares(") == 2          # its definition and Schedule's one call
+
+
+def test_a_request_asking_a_lane_for_what_its_rule_cannot_do_is_refused_at_the_parse_naming_the_lane():
+    """WINO with a KV cache through ``/run`` and the page: refused while the request is parsed (the page keeps what
+    it shows), not after the page is cleared."""
+    pytest.importorskip("gradio")
+    from dico_ui.request import api_request
+    with pytest.raises(ValueError, match=r"^methods\[1\] \(WINO\): cache: WINO cannot run with it"):
+        api_request("Add 3 to 4.", "dico-tiny", "non-ar", 96, 32, ["fast", "wino"], {"wino": {"cache": "dual"}},
+                    False)
+    with pytest.raises(ValueError, match=r"^methods\[0\] \(WINO \(cfg_scale=1\)\): cfg_scale: WINO cannot run with it"):
+        api_request("Add 3 to 4.", "dico-tiny", "non-ar", 96, 32, [{"method": "wino", "settings": {"cfg_scale": 1}}],
+                    {}, True)

@@ -1,0 +1,210 @@
+"""Measurements of what the paper builds DiCo on, as functions of a finished trace (docs/observations.md).
+
+    clashes = clash(predictor, trace)          # one value a step (nats), None where a step committed fewer than 2
+    clashes.passes                             # the forward passes it spent, apart from the decode's NFE
+    positions, matrix = dependency(predictor, trace, at=10)    # D[a][b]: how far writing a moves b (nats)
+    locality(positions, matrix, answer_length=trace.answer_length)   # Observation II: near or far, much or little
+
+Each replays the state a step started from out of the trace alone (``Trace.tokens_before``: constraints, earlier
+commits, take-backs and a fork's edits), runs extra forward passes on it and never changes the decode. The model's
+distribution at a position is the softmax of its logits over the vocabulary without the mask token (temperature
+1, whatever the decode sampled with; with ``cfg_scale`` the guided logits, as the decode saw them).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from dico.sampling import Sampler
+from dico.settings import SETTINGS
+from dico.trace import STAGES, Trace
+
+ROWS_PER_PASS = 16          # sequences put through the model at once (each counts as one pass)
+
+
+class Measured(list):
+    """A list of per-step values that also says how many forward passes measuring them spent."""
+    passes: int = 0
+
+
+def _sampler(trace: Trace) -> Sampler:
+    """The trace's own guidance (``cfg_scale``); everything else about sampling is left out of a measurement."""
+    cls = SETTINGS[trace.method]
+    known = set(cls.names())
+    return Sampler(cls.from_dict({k: v for k, v in trace.settings.items() if k in known}))
+
+
+class Replayed:
+    """Log-probabilities of whole response states, many states a call, counting the passes."""
+
+    def __init__(self, predictor, trace: Trace):
+        self.predictor, self.trace, self.sampler = predictor, trace, _sampler(trace)
+        self.prompt = predictor.encode_prompt(trace.prompt)
+        if len(self.prompt) != trace.prompt_length:
+            raise ValueError("trace: its prompt does not encode as it did when the trace was decoded (another "
+                             "prompt or tokenizer)")
+        self.passes = 0
+
+    def ids(self, tokens: list[int | None]) -> list[int]:
+        return self.prompt + [self.predictor.mask_id if t is None else t for t in tokens]
+
+    def log_probs(self, states: list[list[int | None]], positions: list[int]) -> torch.Tensor:
+        """(states, positions, vocabulary) log-probabilities at response ``positions``, on the CPU in float64."""
+        out = []
+        m = len(self.prompt)
+        where = torch.tensor(positions, dtype=torch.long) + m
+        for start in range(0, len(states), ROWS_PER_PASS):
+            chunk = states[start:start + ROWS_PER_PASS]
+            ids = torch.tensor([self.ids(s) for s in chunk], dtype=torch.long)
+            logits, _ = self.sampler.logits(self.predictor, self.predictor.to_model(ids), m)
+            rows = logits[:, self.predictor.to_model(where)].double()
+            rows[..., self.predictor.mask_id] = -math.inf
+            out.append(torch.log_softmax(rows, dim=-1).cpu())
+            self.passes += len(chunk)
+        return torch.cat(out)
+
+
+def _order(step, limit: int | None) -> list[tuple[int, int]]:
+    """The step's (position, token) pairs, most confident first (ties: the lower position), the first ``limit``."""
+    conf = step.confidence
+    pairs = sorted(zip(step.committed, step.tokens), key=lambda pt: (-(conf[pt[0]] or 0.0), pt[0]))
+    return pairs[:limit] if limit else pairs
+
+
+def step_clash(model: Replayed, trace: Trace, k: int, limit: int | None = None) -> float | None:
+    """The clash of step ``k``: the sum of its tokens' marginal log-probabilities on the state before it, minus
+    their joint log-probability by the chain rule (written one at a time, most confident first). 0 when the tokens
+    are independent given the state; large when each was likely alone and unlikely together."""
+    pairs = _order(trace.steps[k], limit)
+    if len(pairs) < 2:
+        return None
+    before = trace.tokens_before(k)
+    states = []
+    for j in range(len(pairs)):                         # state j: the tokens before j written
+        state = list(before)
+        for p, t in pairs[:j]:
+            state[p] = t
+        states.append(state)
+    positions = [p for p, _ in pairs]
+    lp = model.log_probs(states, positions)             # (j, positions, v)
+    marginal = sum(float(lp[0, i, t]) for i, (_, t) in enumerate(pairs))
+    joint = sum(float(lp[j, j, t]) for j, (_, t) in enumerate(pairs))
+    return marginal - joint
+
+
+def clash(predictor, trace: Trace, limit: int | None = None) -> Measured:
+    """One value a step (nats; ``step_clash``), None where a step committed fewer than 2 tokens. A step of s tokens
+    costs s passes (``.passes``). ``limit``: measure only a step's ``limit`` most confident tokens (on a large model
+    a wide step is costly; the default, None, measures every token, as the embedded model affords)."""
+    model = Replayed(predictor, trace)
+    out = Measured(step_clash(model, trace, k, limit) for k in range(len(trace.steps)))
+    out.passes = model.passes
+    return out
+
+
+@dataclass
+class Dependency:
+    """D[a][b] (nats): how far writing masked position ``positions[a]``'s top prediction moves the model's
+    distribution at ``positions[b]``, KL(after || before); D[a][a] = 0."""
+    at: int
+    positions: list[int]
+    matrix: list[list[float]]
+    passes: int
+
+    def __iter__(self):                     # positions, matrix = dependency(...)
+        return iter((self.positions, self.matrix))
+
+
+def dependency(predictor, trace: Trace, at: int) -> Dependency:
+    """The dependency among the masked response positions before step ``at``: one pass on that state, then one per
+    masked position with its top prediction written (the mask token never)."""
+    if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at < max(len(trace.steps), 1):
+        raise ValueError(f"at: must be a step of the run, 0..{len(trace.steps) - 1}, got {at!r}")
+    model = Replayed(predictor, trace)
+    before = trace.tokens_before(at)
+    positions = [p for p, t in enumerate(before) if t is None]
+    if not positions:
+        return Dependency(at, [], [], 0)
+    base = model.log_probs([before], positions)[0]                      # (positions, v)
+    written = []
+    for i, p in enumerate(positions):
+        state = list(before)
+        state[p] = int(base[i].argmax())
+        written.append(state)
+    after = model.log_probs(written, positions)                         # (a, b, v)
+    q = after.exp()
+    terms = torch.where(q > 0, q * (after - base[None]), torch.zeros_like(q))    # the mask token: 0, not 0 x inf
+    kl = terms.sum(-1).clamp(min=0.0)                                           # (a, b)
+    kl.fill_diagonal_(0.0)
+    return Dependency(at, positions, [[round(float(v), 6) for v in row] for row in kl], model.passes)
+
+
+@dataclass
+class Locality:
+    """How a dependency matrix (or attention) spreads: the share within ``w`` positions against the share an even
+    spread over the same pairs would put there, the mean distance, and the total."""
+    within: float
+    even: float
+    mean_distance: float
+    total: float
+    pairs: int
+
+
+def locality(positions: list[int], matrix, w: int = 3, among: set[int] | None = None) -> Locality | None:
+    """Observation II from a dependency matrix: ``among`` keeps only pairs whose both positions are in it (e.g.
+    the answer's positions, leaving padding out). None when there is no pair."""
+    keep = [i for i, p in enumerate(positions) if among is None or p in among]
+    if len(keep) < 2:
+        return None
+    pos = torch.tensor([positions[i] for i in keep], dtype=torch.float64)
+    d = torch.tensor(matrix, dtype=torch.float64)[keep][:, keep]
+    distance = (pos[:, None] - pos[None, :]).abs()
+    off = ~torch.eye(len(keep), dtype=torch.bool)
+    near = off & (distance <= w)
+    total = float(d[off].sum())
+    even = float(near.sum()) / float(off.sum())
+    if total <= 0:
+        return Locality(0.0, even, 0.0, 0.0, int(off.sum()))
+    return Locality(float(d[near].sum()) / total, even, float((d * distance)[off].sum()) / total, total,
+                    int(off.sum()))
+
+
+def attention_locality(trace: Trace, w: int = 3, among: set[int] | None = None) -> dict[str, Locality | None]:
+    """Observation II through the paper's own lens, by stage (``STAGES``): of a masked query's attention to
+    response keys, the share within ``w`` positions (itself left out) against an even spread's share, and the mean
+    distance; ``total`` is the share of its attention that goes to the response at all (the rest to the prompt).
+    From the attention the decode captured (layer- and head-averaged), so it costs no pass."""
+    if trace.attention is None:
+        raise ValueError("attention: the trace has no attention maps; decode with capture_attention=True")
+    out = {}
+    for stage, rows in zip(STAGES, trace.attention.matrix):
+        queries = [q for q, row in enumerate(rows) if row is not None and (among is None or q in among)]
+        if not queries:
+            out[stage] = None
+            continue
+        keys = torch.tensor([rows[q][1:] for q in queries], dtype=torch.float64)   # drop the prompt column
+        n = keys.shape[1]
+        key_pos = torch.arange(n, dtype=torch.float64)
+        allowed = torch.ones(len(queries), n, dtype=torch.bool)
+        if among is not None:
+            allowed &= torch.tensor([k in among for k in range(n)])[None]
+        qpos = torch.tensor(queries, dtype=torch.float64)[:, None]
+        allowed &= key_pos[None] != qpos
+        weights = keys * allowed
+        distance = (key_pos[None] - qpos).abs()
+        near = allowed & (distance <= w)
+        mass = float(weights.sum())
+        response = float(sum(sum(rows[q][1:]) for q in queries)) / sum(sum(rows[q]) for q in queries)
+        out[stage] = Locality(float(weights[near].sum()) / mass if mass else 0.0,
+                              float(near.sum()) / float(allowed.sum()),
+                              float((weights * distance).sum()) / mass if mass else 0.0, response, len(queries))
+    return out
+
+
+def stage_of(trace: Trace, at: int) -> str:
+    """The stage (``STAGES``) a step falls in, by the unmasked fraction before it, as the attention stages split."""
+    before = trace.tokens_before(at)
+    unmasked = sum(t is not None for t in before) / max(len(before), 1)
+    return STAGES[min(int(unmasked * len(STAGES)), len(STAGES) - 1)]
