@@ -40,6 +40,48 @@ def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
     return max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))
 
 
+# AUP (accuracy under parallelism; d3LLM, Qian et al. 2026, AUP_leaderboard/aup_utils.py): its defaults.
+AUP_ALPHA, AUP_DROP = 3.0, 5.0
+
+
+def aup(points: list[tuple[float, float]], y_max: float, alpha: float = AUP_ALPHA, drop: float = AUP_DROP) -> float:
+    """d3LLM's accuracy under parallelism of (parallelism, accuracy %) points: sorted by parallelism rho (tokens a
+    forward pass), the points whose accuracy is at least y_1 - ``drop`` (y_1: the accuracy of the least parallel
+    point) kept, then AUP = rho_1 y_1 + sum_i (rho_i - rho_(i-1)) (y_i W(y_i) + y_(i-1) W(y_(i-1))) / 2 with
+    W(y) = min(exp(-alpha (1 - y / y_max)), 1), ``y_max`` the best accuracy of every method compared. Its code
+    refuses a curve that falls more than ``drop`` points; here such a point is left out (as its filter would)."""
+    def weight(y):
+        return min(math.exp(-alpha * (1 - y / y_max)), 1.0) if y_max > 0 else 0.0
+    ordered = sorted(points)
+    kept = [(rho, y) for rho, y in ordered if y >= ordered[0][1] - drop]
+    total = kept[0][0] * kept[0][1]
+    for (r0, y0), (r1, y1) in zip(kept, kept[1:]):
+        total += 0.5 * (r1 - r0) * (y1 * weight(y1) + y0 * weight(y0))
+    return total
+
+
+def aup_of_rows(rows: list[dict]) -> dict[int, float]:
+    """Each Table 1 row's AUP (by its index in ``rows``): its curve is Vanilla's point in the same cell (task, mode,
+    gen_length: rho 1) and its own (rho = gen_length / NFE), accuracy in percent, y_max the cell's best accuracy.
+    Rows of a cell without a Vanilla row get none."""
+    cells: dict[tuple, list[int]] = {}
+    for i, r in enumerate(rows):
+        cells.setdefault((r["task"], r["mode"], r.get("gen_length")), []).append(i)
+    out = {}
+    for members in cells.values():
+        vanilla = next((rows[i] for i in members if rows[i]["method"] == "vanilla" and not rows[i].get("settings")),
+                       None)
+        if vanilla is None or not vanilla.get("gen_length"):
+            continue
+        best = max(100 * rows[i]["accuracy"] for i in members)
+        for i in members:
+            r = rows[i]
+            rho = r["gen_length"] / r["nfe_mean"]
+            out[i] = aup([(vanilla["gen_length"] / vanilla["nfe_mean"], 100 * vanilla["accuracy"]),
+                          (rho, 100 * r["accuracy"])], best)
+    return out
+
+
 @dataclass
 class Cell:
     """One table cell: a config decoding one family's items at one length and mode, as one batched run."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from dico.bench.core import wilson
+from dico.bench.core import aup_of_rows, wilson
 from dico.bench.hardware import counted
 from dico.settings import METHOD_LABELS, MODES
 
@@ -48,9 +48,10 @@ def markdown(rows, title: str) -> str:
     """Rows laid out like the paper's Table 1: a row per task, method and length, a column group per mode."""
     modes = sorted({r["mode"] for r in rows}, key=list(MODES).index)
     head = "| Task | Method | gen / block | " + " | ".join(
-        f"{m} accuracy (95% CI) | {m} NFE | {m} answer NFE | {m} tokens/s" for m in modes) + " |"
-    lines = [f"**{title}**", "", head, "|" + "---|" * (3 + 4 * len(modes))]
+        f"{m} accuracy (95% CI) | {m} NFE | {m} answer NFE | {m} tokens/s | {m} AUP" for m in modes) + " |"
+    lines = [f"**{title}**", "", head, "|" + "---|" * (3 + 5 * len(modes))]
     index = {(r["task"], r["label"], r.get("gen_length"), r["mode"]): r for r in rows}
+    aups = {id(rows[i]): value for i, value in aup_of_rows(rows).items()}
     for task in dict.fromkeys(r["task"] for r in rows):
         for label in dict.fromkeys(r["label"] for r in rows):
             for gen in dict.fromkeys(r.get("gen_length") for r in rows):
@@ -61,21 +62,27 @@ def markdown(rows, title: str) -> str:
                 cells = []
                 for r in found:
                     if r is None:
-                        cells += ["-"] * 4
+                        cells += ["-"] * 5
                         continue
                     ci = (f" ({100 * r['accuracy_low']:.0f}-{100 * r['accuracy_high']:.0f})" if "accuracy_low" in r
                           else "")
                     cells += [f"{100 * r['accuracy']:.1f}%{ci}", _x(r["nfe_mean"], r["speedup_nfe"]),
                               _x(r.get("answer_nfe_mean"), r.get("speedup_answer_nfe")),
-                              f"{r['tokens_per_s']:.0f} ({r['speedup_wall']:.1f}x)"]
+                              f"{r['tokens_per_s']:.0f} ({r['speedup_wall']:.1f}x)",
+                              f"{aups[id(r)]:.0f}" if id(r) in aups else "-"]
                 shape = f"{gen} / {block}" if block else str(gen or "")
                 lines.append(f"| {task} | {label} | {shape} | " + " | ".join(cells) + " |")
     n = max(r["n"] for r in rows)
     batch = rows[0].get("batch_size")
     lines += ["", f"n = {n} held-out items per task; 95% Wilson interval in brackets; speed-ups (x) against Vanilla "
-                  "in the same run; answer NFE = forward passes until the last answer token was committed"
-                  + (f"; decoded {batch} prompts per forward pass." if batch else ".")]
+                  "in the same run; answer NFE = forward passes until the last answer token was committed; "
+                  f"{AUP_NOTE}" + (f"; decoded {batch} prompts per forward pass." if batch else ".")]
     return "\n".join(lines)
+
+
+AUP_NOTE = ("AUP = accuracy under parallelism (d3LLM): the area under the curve from Vanilla's point (1 token a pass) "
+            "to the row's (gen_length / NFE tokens a pass, its accuracy in %), weighted down where accuracy falls below "
+            "the cell's best; a row more than 5 points below Vanilla keeps only Vanilla's point (docs/benchmarks.md)")
 
 
 def _accuracy(row: dict) -> str:
