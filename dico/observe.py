@@ -22,6 +22,10 @@ from dico.settings import SETTINGS
 from dico.trace import STAGES, Trace
 
 ROWS_PER_PASS = 16          # sequences put through the model at once (each counts as one pass)
+CLASH_MARK = 1.0            # nats: a step above it is marked as a clash (the lesson's Top-4 step: 13.7; Fast-dLLM's
+                            # and DiCo's steps there: within 0.05; a step of one token: none)
+CLASH_LIMIT = 8             # a step's most confident tokens the benchmark measures (a wide step's cost)
+WITHIN = 3                  # positions: "near" for Observation II
 
 
 class Measured(list):
@@ -208,3 +212,122 @@ def stage_of(trace: Trace, at: int) -> str:
     before = trace.tokens_before(at)
     unmasked = sum(t is not None for t in before) / max(len(before), 1)
     return STAGES[min(int(unmasked * len(STAGES)), len(STAGES) - 1)]
+
+
+# Observation III: moderate, stable confidence forms clusters that soon become sure. The band is DiCo's own pair of
+# thresholds: a seed needs confidence tau1 (0.3), a cluster above tau2 (0.6) ends Divide.
+MODERATE = (0.3, 0.6)
+
+
+@dataclass
+class Clusters:
+    """Runs (two or more adjacent masked answer positions) of moderate confidence, over a whole run: how many a step,
+    how long, how many of their positions the run committed within ``soon`` steps, and the overlooked positions
+    (moderate at some step, left masked ``late`` steps or more after it)."""
+    band: tuple[float, float]
+    steps: int
+    runs: int
+    positions: int
+    committed_soon: int
+    overlooked: list[int]
+
+    @property
+    def per_step(self) -> float:
+        return self.runs / self.steps if self.steps else 0.0
+
+    @property
+    def mean_length(self) -> float:
+        return self.positions / self.runs if self.runs else 0.0
+
+    @property
+    def soon_share(self) -> float:
+        return self.committed_soon / self.positions if self.positions else 0.0
+
+
+def moderate_clusters(trace: Trace, band: tuple[float, float] = MODERATE, soon: int = 3, late: int = 10) -> Clusters:
+    """Observation III from the confidences the trace recorded (no pass): at each step, the runs of adjacent masked
+    answer positions whose confidence lies in ``band`` (low inclusive, high exclusive)."""
+    low, high = band
+    committed_at = {}
+    for k, step in enumerate(trace.steps):
+        for p in step.committed:
+            committed_at[p] = k                         # the last commit (a revising rule may commit twice)
+    runs = positions = soon_count = 0
+    first_moderate: dict[int, int] = {}
+    for k, step in enumerate(trace.steps):
+        moderate = [p for p in range(min(trace.answer_length, len(step.confidence)))
+                    if step.confidence[p] is not None and low <= step.confidence[p] < high]
+        for p in moderate:
+            first_moderate.setdefault(p, k)
+        for run in _runs(moderate):
+            if len(run) < 2:
+                continue
+            runs += 1
+            positions += len(run)
+            soon_count += sum(k <= committed_at.get(p, -1) < k + soon for p in run)
+    overlooked = sorted(p for p, k in first_moderate.items() if committed_at.get(p, k) - k >= late)
+    return Clusters(band, len(trace.steps), runs, positions, soon_count, overlooked)
+
+
+def _runs(positions: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for p in positions:
+        if out and out[-1][-1] == p - 1:
+            out[-1].append(p)
+        else:
+            out.append([p])
+    return out
+
+
+@dataclass
+class Floor:
+    """A decode that commits, each step, the most confident masked positions of the window one by one while the
+    step's clash stays within ``bound`` nats: the fewest steps this model allows without committing tokens that
+    clash. ``nfe`` is its steps (what a decoder that knew the clash would pay); ``passes`` every pass it spent,
+    the conditionals that checked each addition included."""
+    response: list[int]
+    text: str
+    nfe: int
+    passes: int
+    per_step: list[int]
+
+
+FLOOR_BOUND = 0.1       # nats: Fast-dLLM's and DiCo's steps on the lesson stay within 0.05, Top-4's clash is 13.7
+
+
+def floor(predictor, prompt: str, *, mode: str = "non-ar", gen_length: int = 96, block_length: int | None = 32,
+          bound: float = FLOOR_BOUND) -> Floor:
+    """Greedy (argmax) decoding with the clash-bounded step: a step's first token always commits (a step of one
+    token cannot clash); each next one, most confident first, commits if the step's clash with it stays within
+    ``bound`` (one pass gives its conditional), and the step ends at the first that would not."""
+    from dico.loop import check_request
+    width = block_length if mode == "semi-ar" else gen_length
+    check_request(predictor, prompt, "vanilla", mode, gen_length, width if mode == "semi-ar" else None)
+    trace = Trace(model=predictor.name, method="vanilla", mode=mode, settings={}, prompt=prompt,
+                  prompt_length=len(predictor.encode_prompt(prompt)), gen_length=gen_length, block_length=None)
+    model = Replayed(predictor, trace)
+    tokens: list[int | None] = [None] * gen_length
+    per_step = []
+    for start in range(0, gen_length, width):
+        window = range(start, min(start + width, gen_length))
+        while any(tokens[p] is None for p in window):
+            masked = [p for p in window if tokens[p] is None]
+            marginal = model.log_probs([tokens], masked)[0]                       # (masked, v)
+            best, pred = marginal.max(-1)
+            order = sorted(range(len(masked)), key=lambda i: (-float(best[i]), masked[i]))
+            state, spent = list(tokens), 0.0
+            first = order[0]
+            state[masked[first]] = int(pred[first])
+            taken = 1
+            for i in order[1:]:
+                conditional = model.log_probs([state], [masked[i]])[0, 0, int(pred[i])]
+                cost = float(best[i]) - float(conditional)
+                if spent + cost > bound:
+                    break
+                spent += cost
+                state[masked[i]] = int(pred[i])
+                taken += 1
+            tokens = state
+            per_step.append(taken)
+    response = [int(t) for t in tokens]
+    return Floor(response, predictor.decode(response), len(per_step), model.passes, per_step)

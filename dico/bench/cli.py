@@ -13,6 +13,7 @@
     python -m dico.bench frontier             # accuracy against passes as each method's main knob turns
     python -m dico.bench breaks               # pick and team: which commits broke each method's wrong answers
     python -m dico.bench takeback             # pick and team misses: does taking one clashing token back mend them
+    python -m dico.bench observe              # the paper's observations and the clash of each method's steps
     python -m dico.bench combine A.json B.json  # Table 1's rows of several runs in one table
     python -m dico.bench docs                 # every table in docs/ (and README) from the JSON in assets/bench
     python -m dico.bench docs --check         # exit 1, naming them, if any of those tables is stale
@@ -25,10 +26,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dico.bench import ablation, benchmark, breaks, cache, combine, docs, frontier, speed, takeback, throughput
+from dico.bench import (
+    ablation,
+    benchmark,
+    breaks,
+    cache,
+    combine,
+    docs,
+    frontier,
+    observe,
+    speed,
+    takeback,
+    throughput,
+)
 from dico.bench.runner import Parser
 
-SUBCOMMANDS = (benchmark, ablation, throughput, speed, cache, frontier, breaks, takeback, combine, docs)
+SUBCOMMANDS = (benchmark, ablation, throughput, speed, cache, frontier, breaks, takeback, observe, combine, docs)
 DEFAULT = "table1"
 
 

@@ -81,8 +81,9 @@ def markdown(rows, title: str) -> str:
 
 
 AUP_NOTE = ("AUP = accuracy under parallelism (d3LLM): the area under the curve from Vanilla's point (1 token a pass) "
-            "to the row's (gen_length / NFE tokens a pass, its accuracy in %), weighted down where accuracy falls below "
-            "the cell's best; a row more than 5 points below Vanilla keeps only Vanilla's point (docs/benchmarks.md)")
+            "to the row's (gen_length / NFE tokens a pass, its accuracy in %), weighted down where accuracy falls "
+            "below the cell's best; a row more than 5 points below Vanilla keeps only Vanilla's point "
+            "(docs/benchmarks.md)")
 
 
 def _accuracy(row: dict) -> str:
@@ -274,6 +275,55 @@ def combined_markdown(record: dict) -> str:
                                     "committed. " + record.get("note", "")]).rstrip()
 
 
+def _ci(ci: dict, spec: str = ".2f") -> str:
+    if not ci or ci.get("mean") is None:
+        return "-"
+    return f"{ci['mean']:{spec}} ({ci['low']:{spec}}-{ci['high']:{spec}})"
+
+
+def observe_markdown(rows: list[dict], title: str) -> str:
+    """``python -m dico.bench observe``: Observation II by lens and stage, Observation III and the floor, the clash
+    of each method's steps against its answers."""
+    from dico.observe import CLASH_LIMIT, CLASH_MARK, WITHIN
+    observed = [r for r in rows if r["kind"] == "observe"]
+    lines = [f"**{title}**", "", f"Observation II: of the dependency (or attention) among masked answer positions, "
+             f"the share within {WITHIN} positions against an even spread's share, the mean distance and the total "
+             "(nats a write, summed over the positions it moves; for attention the share going to the response)", "",
+             "| family | mode | lens and stage | share within | even share | mean distance | total |",
+             "|---|---|---|---|---|---|---|"]
+    for r in observed:
+        for key, found in r["lenses"].items():
+            lines.append(f"| {r['family']} | {r['mode']} | {key} | {_ci(found['within'])} | {_ci(found['even'])} | "
+                         f"{_ci(found['mean_distance'], '.1f')} | {_ci(found['total'], '.1f')} |")
+    lines += ["", "Observation III and the floor: runs of two or more adjacent masked answer positions with "
+              "confidence in [0.3, 0.6) (DiCo's tau1, tau2), how many a step, how long, the share of their positions "
+              "Vanilla commits within 3 steps, positions left masked 10 or more steps after they were moderate; the "
+              "floor's steps (each step's clash within 0.1 nats) and right answers beside Vanilla's", "",
+              "| family | mode | n | runs a step | run length | committed within 3 steps | overlooked an item | "
+              "Vanilla right (NFE) | floor right (NFE) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in observed:
+        lines.append(f"| {r['family']} | {r['mode']} | {r['n']} | {_ci(r['moderate_runs_per_step'])} | "
+                     f"{_ci(r['moderate_run_length'], '.1f')} | {_ci(r['moderate_committed_soon'])} | "
+                     f"{_ci(r['overlooked_per_item'], '.1f')} | {_share(r['vanilla_right'], r['n'])} "
+                     f"({r['vanilla_nfe']}) | {_share(r['floor_right'], r['n'])} ({_ci(r['floor_nfe'], '.1f')}) |")
+    clashed = [r for r in rows if r["kind"] == "clash"]
+    if clashed:
+        lines += ["", f"The clash against the answers: answers with a step whose clash passed {CLASH_MARK} nats (a "
+                  f"step's {CLASH_LIMIT} most confident tokens measured)", "",
+                  "| family | mode | method | NFE | wrong with a clash | right with a clash | largest clash a run |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in clashed:
+            lines.append(f"| {r['family']} | {r['mode']} | {r['label']} | {r['nfe']:.1f} | "
+                         f"{r['wrong_marked']}/{r['wrong']} | {r['right_marked']}/{r['right']} | "
+                         f"{_ci(r['largest_clash'], '.1f')} |")
+    return "\n".join(lines)
+
+
+def _share(right: int, n: int) -> str:
+    low, high = wilson(right, n)
+    return f"{100 * right / n:.0f}% ({100 * low:.0f}-{100 * high:.0f})" if n else "-"
+
+
 def _has(*fields):
     return lambda rows: bool(rows) and all(k in rows[0] for k in fields)
 
@@ -281,6 +331,7 @@ def _has(*fields):
 # Each kind of result file: what its first row holds, and its table (the one the command that wrote it printed).
 KINDS = (
     ("frontier", _has("sweep", "knob", "value"), frontier_markdown),
+    ("observe", _has("lenses", "floor_nfe"), observe_markdown),
     ("breaks", _has("right_together", "wrong_together"), breaks_markdown),
     ("takeback", _has("clash_one_step", "any_right", "first_right"), takeback_markdown),
     ("throughput", _has("speedup_batch"), lambda rows, title: throughput_markdown(rows)),
