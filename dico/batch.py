@@ -54,7 +54,7 @@ def decode_batch(predictor: MaskPredictor, prompts: Sequence[str], method: str =
                 active.append((index, run))
             if not active:
                 break
-            if active[0][1].rule.verifies:            # WINO: its verifying pass is one sequence at a time (same commits)
+            if active[0][1].rule.verifies:      # WINO: its verifying pass is one sequence at a time (same commits)
                 for index, run in active:
                     t0 = time.perf_counter()
                     logits, attentions = run.forward()

@@ -109,7 +109,7 @@ class MaskPredictor:
         return self.tokenizer(prompt)["input_ids"]
 
     def encode_word(self, word: str) -> list[int]:
-        """A word's token ids as they are written inside a response (a constraint, a forced token: ``dico.constraints``)."""
+        """A word's token ids as they are written inside a response (a constraint, a forced token)."""
         return list(self.tokenizer(word, add_special_tokens=False)["input_ids"])
 
     def unknown_words(self, prompt: str) -> list[str]:

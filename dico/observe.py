@@ -108,6 +108,15 @@ def clash(predictor, trace: Trace, limit: int | None = None) -> Measured:
     return out
 
 
+def annotate_clash(predictor, trace: Trace, limit: int | None = CLASH_LIMIT) -> Trace:
+    """Measure the clash of every step and record it on the trace (``Trace.clash``: the values, the passes spent,
+    the cap), so that the figures and the app draw it and a saved trace keeps it. The decode is left as it was."""
+    measured = clash(predictor, trace, limit)
+    trace.clash = {"values": [None if v is None else round(v, 4) for v in measured], "passes": measured.passes,
+                   "limit": limit}
+    return trace
+
+
 @dataclass
 class Dependency:
     """D[a][b] (nats): how far writing masked position ``positions[a]``'s top prediction moves the model's

@@ -59,6 +59,7 @@ at position p is an answer commit when p < answer_length, a padding commit other
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 
 from dico.lanes import default_label, distinct_settings
@@ -149,6 +150,8 @@ class Trace:
     constraints: dict | None = None     # {"offset": token id} fixed before decoding (dico.constraints)
     fork: dict | None = None            # {"parent": label, "at": k, "method": parent's, "force": {"pos": id},
                                         #  "remask": [pos]}: edits made before step k of the parent's run
+    clash: dict | None = None           # measured after the decode (dico.observe.annotate_clash): {"values": one
+                                        # per step, nats or null, "passes": n, "limit": m or null}; null unless asked
     schema: str = SCHEMA
 
     # ------------------------------------------------------------------ convenience for readers
@@ -411,11 +414,26 @@ def _check_edits(trace: Trace) -> None:
                 "trace.fork.remask", "must list response offsets")
 
 
+def _check_clash(trace: Trace) -> None:
+    """A measured clash: a value (or null) a step, the passes it spent, the cap it was measured with."""
+    clash = trace.clash
+    if clash is None:
+        return
+    _expect(isinstance(clash, dict) and isinstance(clash.get("values"), list)
+            and len(clash["values"]) == len(trace.steps), "trace.clash.values", "must hold one value a step")
+    _expect(all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+                for v in clash["values"]), "trace.clash.values", "must be numbers (nats) or null")
+    _expect(_is_int(clash.get("passes")) and clash["passes"] >= 0, "trace.clash.passes", "must be a count of passes")
+    _expect(clash.get("limit") is None or (_is_int(clash["limit"]) and clash["limit"] >= 2), "trace.clash.limit",
+            "must be null or a number of tokens >= 2")
+
+
 def _check_story(trace: Trace) -> None:
     """Cross-field rules the figures rely on: steps in order, each position committed once while masked."""
     _expect(trace.nfe == len(trace.steps), "trace.nfe", f"must equal the number of steps ({len(trace.steps)})")
     _expect(isinstance(trace.limit_reached, bool), "trace.limit_reached", "must be true or false")
     _check_edits(trace)
+    _check_clash(trace)
     search = trace.length_search
     _expect(search is None or (isinstance(search, dict) and search.get("chosen") == trace.gen_length
                                and isinstance(search.get("tried"), list)), "trace.length_search",

@@ -1,6 +1,7 @@
 """Measurements of the paper's observations as functions of a trace (dico.observe, docs/observations.md): the clash of
 a parallel step, dependency among masked tokens, and how local either is. They replay the trace's states, count
 their own passes and never change the decode."""
+import json
 import math
 from pathlib import Path
 
@@ -117,3 +118,56 @@ def test_attention_locality_by_stage_from_the_captured_maps(predictor):
     assert stage_of(trace, 0) == "early"
     with pytest.raises(ValueError, match="attention: the trace has no attention maps"):
         attention_locality(dico.generate(predictor, "Add 3 to 4.", "fast", gen_length=8))
+
+
+def test_moderate_clusters_count_runs_of_adjacent_masked_answer_positions_in_the_band(lesson):
+    """Under one token a step (Vanilla writes the padding first here), the pick's names sit at moderate confidence
+    for most of the run: overlooked; Fast-dLLM commits its moderate runs within three steps."""
+    from dico.observe import MODERATE, moderate_clusters
+    vanilla, fast = moderate_clusters(lesson["vanilla"]), moderate_clusters(lesson["fast"])
+    assert vanilla.band == MODERATE and vanilla.steps == 96 and vanilla.runs >= 1
+    assert set(vanilla.overlooked) <= set(range(lesson["vanilla"].answer_length)) and vanilla.overlooked
+    assert fast.overlooked == [] and fast.soon_share == 1.0
+    assert vanilla.mean_length >= 2
+
+
+def test_the_floor_commits_a_step_while_its_clash_stays_within_the_bound(predictor, monkeypatch):
+    from dico.observe import floor
+    found = floor(predictor, "Pick one leader of Lily Howard, Don Gill and Sara Lake.", gen_length=24)
+    assert sum(found.per_step) == 24 and found.nfe == len(found.per_step) < 24
+    assert found.passes >= found.nfe and "Gill" in found.text and not ("Sara" in found.text and "Don" in found.text)
+    strict = floor(predictor, "Pick one leader of Lily Howard, Don Gill and Sara Lake.", gen_length=6, bound=-1.0)
+    assert strict.per_step == [1] * 6 and strict.passes == 6 + 5    # nothing joins a step below a negative bound
+
+
+@pytest.mark.slow
+def test_the_observe_bench_measures_a_family_and_draws_its_tables(predictor):
+    """``python -m dico.bench observe``'s cells on one item: both lenses by stage, Observation III, the floor, and a
+    method's clash against its answer; its table renders from the rows."""
+    from dico.bench.observe import cell
+    from dico.bench.tables import kind, observe_markdown
+    rows = cell(predictor, ("observe", "pick", "non-ar"), 1, 1) + cell(predictor, ("clash", 1, "pick", "non-ar"), 1, 1)
+    assert rows[0]["n"] == 1 and any(k.startswith("dependency answer") for k in rows[0]["lenses"])
+    assert any(k.startswith("attention answer") for k in rows[0]["lenses"])
+    assert rows[1]["label"] == "Top-4 per step" and rows[1]["wrong_marked"] == rows[1]["wrong"]
+    assert kind({"rows": rows}) == "observe"
+    assert "| pick | non-ar | Top-4 per step |" in observe_markdown(rows, "t")
+
+
+def test_a_measured_clash_travels_with_the_trace_and_is_drawn(predictor, lesson):
+    """``annotate_clash`` records the values on the trace (a saved trace keeps them, an old one loads without);
+    the figures draw it and the dependency map."""
+    import visuals
+    from dico.observe import annotate_clash
+    topk = read_traces(lesson["topk"].to_json())[0]
+    annotate_clash(predictor, topk, limit=2)
+    back = read_traces(topk.to_json())[0]
+    assert back.clash == topk.clash and back.clash["limit"] == 2 and len(back.clash["values"]) == 24
+    assert lesson["vanilla"].clash is None
+    assert len(visuals.clash_figure([back]).data) == 1
+    positions, matrix = dependency(predictor, lesson["dico"], 0)
+    assert visuals.dependency_figure(lesson["dico"], 0, positions, matrix).data[0].type == "heatmap"
+    broken = json.loads(topk.to_json())
+    broken["clash"]["values"] = broken["clash"]["values"][:3]
+    with pytest.raises(Exception, match="trace.clash.values"):
+        read_traces(json.dumps(broken))
