@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dico.constraints import encode_fixed, parse_constraints
 from dico.embedded import scope
 from dico.lanes import Lane, parse_lanes
 from dico.loop import check_inputs, check_request
@@ -26,12 +27,11 @@ from dico.settings import (
     NON_AR,
     SEMI_AR,
     SETTINGS,
+    given_in_form,
     own_specs,
     sampling_specs,
-    given_in_form,
     settings_for,
 )
-from dico.constraints import encode_fixed, parse_constraints
 from dico_ui.limits import LIMITS
 from dico_ui.models import get_predictor
 from dico_ui.render import label
