@@ -5,7 +5,9 @@ Each is the published algorithm's choice of commits (and re-masks) from one step
 description (docs/decoding.md §7): what the published code does and where the project differs are recorded there
 and in ``dico.settings``. A rule asks the sampler for the signals it needs (``signals``: entropy, KL from the previous
 pass, the mirrored block's verification); they come back as (n,) CPU vectors in ``Scores.signals``. Ties go to the
-lower position, as everywhere in the project (the published code's ``topk``/``sort`` leave them to torch).
+lower position, as everywhere in the project (the published code's ``topk``/``sort`` leave them to torch), except in
+Saber: among exactly equal values it commits and takes back what its published code's ``torch.topk`` does
+(``_saber_topk``: the same call on the vector its code lays out).
 """
 from __future__ import annotations
 
@@ -150,6 +152,21 @@ class WideInNarrowOut(Rule):
 
 # ------------------------------------------------------------------------------------------------------ Saber
 
+def _saber_topk(values: torch.Tensor, allowed: torch.Tensor, k: int, largest: bool, prompt_length: int) -> list[int]:
+    """The allowed positions among the k highest (``largest``) or lowest ``values`` as Saber's published code picks
+    them, in position order: ``torch.topk`` on the CPU over the whole sequence in float32, the ``prompt_length``
+    prompt positions first, every position outside ``allowed`` at -inf (+inf for the lowest). Which of exactly equal
+    values it takes depends on that layout (its length and where the infinities lie), so the layout is the published
+    one. Where k runs past the allowed positions its code takes some of the infinities too; those are left out."""
+    if k <= 0 or not bool(allowed.any()):
+        return []
+    fill = -math.inf if largest else math.inf
+    row = torch.full((prompt_length + len(values),), fill, dtype=torch.float32)
+    row[prompt_length:] = torch.where(allowed, values.float(), torch.full_like(values, fill, dtype=torch.float32))
+    picked = torch.topk(row, k=min(k, len(row)), largest=largest).indices - prompt_length
+    return sorted(p for p in picked.tolist() if p >= 0 and bool(allowed[p]))
+
+
 @dataclass
 class Saber(Rule):
     """Saber (docs/decoding.md §7.4). Commit the undecoded positions up to the window's end whose confidence is above
@@ -157,7 +174,8 @@ class Saber(Rule):
     that finished everything up to the window's end, take back max(n // 2, ceil(fix / 8)) (at most fix - 1, where fix
     = max(n, commits)) decoded positions up to the window's end whose confidence fell most since the previous pass
     (positions committed in this very pass included, and in semi-AR earlier blocks' too). "Confidence" is the
-    probability of the current argmax at every position, decoded or not."""
+    probability of the current argmax at every position, decoded or not. Among exactly equal values both choices
+    are its published code's ``torch.topk`` (``_saber_topk``), over the prompt too (``Scores.prompt_length``)."""
     settings: SaberSettings = field(default_factory=SaberSettings)
     def __post_init__(self):
         self.committed_conf: torch.Tensor | None = None   # (n,) confidence at each position's last commit; -inf: never
@@ -178,7 +196,7 @@ class Saber(Rule):
         self.previous = conf
         reach = s.masked.clone()
         reach[end:] = False                                    # undecoded positions up to the window's end
-        commit = self._commits(conf, reach, end)
+        commit = self._commits(conf, reach, end, s.prompt_length)
         self.committed_conf[commit] = conf[commit]
         after = s.masked.clone()
         after[commit] = False
@@ -188,13 +206,13 @@ class Saber(Rule):
         count = min(max(n // 2, math.ceil(fix / 8)), fix - 1)
         decoded = ~after & ~s.fixed
         decoded[end:] = False
-        return Choice(commit, "fast", remask=_lowest(fell, decoded, count))
+        return Choice(commit, "fast", remask=_saber_topk(fell, decoded, count, False, s.prompt_length))
 
-    def _commits(self, conf: torch.Tensor, reach: torch.Tensor, end: int) -> list[int]:
+    def _commits(self, conf: torch.Tensor, reach: torch.Tensor, end: int, prompt_length: int) -> list[int]:
         known = self.committed_conf[:end]
         known = known[torch.isfinite(known)]
         threshold = float(known.mean()) if known.numel() else 1.0
         picked = reach & (conf > threshold)
         if int(picked.sum()) >= self.settings.n:
             return torch.nonzero(picked).flatten().tolist()
-        return top_ranked(conf, reach, min(self.settings.n, int(reach.sum())))
+        return _saber_topk(conf, reach, self.settings.n, True, prompt_length)     # fewer: the top n

@@ -256,7 +256,8 @@ class Decoding:
         conf, pred, margin, rank, signals = self.sampler.score(
             logits[self.m:length], self.predictor.mask_id, self.stops, signals=self.rule.signals,
             tokens=self.ids[0, self.m:], mirror=mirror)
-        choice = self.rule.choose(Scores(conf, pred, margin, self.masked, self.window, rank, signals, self.fixed))
+        choice = self.rule.choose(Scores(conf, pred, margin, self.masked, self.window, rank, signals, self.fixed,
+                                         self.m))
         commit, remask = self._checked(choice)
         t2 = time.perf_counter()
         if self.attention is not None and attentions is not None and (self.cache is None or self.cache.refreshed):

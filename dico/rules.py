@@ -32,6 +32,7 @@ class Scores:
     rank: torch.Tensor | None = None   # (n,) float32, Dream's ranking when the rule asked for one (``Rule.rank``)
     signals: dict = field(default_factory=dict)   # name -> (n,) float32, the signals asked for (``Rule.signals``)
     fixed: torch.Tensor | None = None  # (n,) bool, fixed by hand (constraints, forced tokens): never taken back
+    prompt_length: int = 0             # positions before the response (Saber's published top-k runs over them too)
 
     def __post_init__(self):
         if self.fixed is None:

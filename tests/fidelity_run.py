@@ -54,8 +54,10 @@ REFERENCES = {"eb": ref.eb_sampler, "klass": ref.klass, "wino": ref.wino, "saber
 # dico's method and settings for each: the DiCo release's KLASS port is KLASS forgetting its history at each block
 PROJECT = {"eb": ("eb", {}), "klass": ("klass", {}), "wino": ("wino", {}), "saber": ("saber", {}),
            "klass-port": ("klass", {"reset_each_block": True})}
-# The project's conventions for each: KLASS and WINO score in float64 as their code does (docs/decoding.md §7)
-PROJECT_CONVENTIONS = {"klass": ref.Conventions(precision=True), "wino": ref.Conventions(precision=True)}
+# The project's conventions for each: KLASS and WINO score in float64 as their code does, Saber takes exactly equal
+# confidences as its code's torch.topk does (docs/decoding.md §7)
+PROJECT_CONVENTIONS = {"klass": ref.Conventions(precision=True), "wino": ref.Conventions(precision=True),
+                       "saber": ref.Conventions(torch_order=True)}
 KEYS = ("committed", "tokens", "remasked", "overwritten", "rewritten", "outside")
 SWITCHES = {"mask token": ref.Conventions(mask_token=True), "precision": ref.Conventions(precision=True),
             "tie order": ref.Conventions(torch_order=True)}
@@ -296,7 +298,8 @@ def markdown(table: list[dict], command: str, items: int) -> str:
               "which near-certain positions (end-of-text runs) tie at 1.0 and the tie goes to the lower position, "
               "where float64 still tells them apart.",
               "- *tie order*: which of exactly equal confidences a top-k takes: torch's `topk`/`argsort` order in the "
-              "published code (unspecified, device-dependent), the lower position in the project.",
+              "published code (unspecified, device-dependent), the lower position in the project (but Saber: "
+              "torch's, on the published code's layout).",
               "",
               f"Writes of the published code outside its candidates (a top-k asking for more positions than are "
               f"left, overwriting a decoded token or touching the prompt): {quirks} in all these runs."]

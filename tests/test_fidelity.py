@@ -5,7 +5,8 @@ with the same tokens, and takes back, at every step, what the plain-loop referen
 commit and take back, with the same number of passes and the same final text. The references are written from the
 published descriptions and, with the published conventions, commit what the published code itself commits on the
 same logits (measured by tests/fidelity_run.py: assets/bench/fidelity.md); here they follow the project's
-conventions (the mask token never predicted, float32 confidences, ties to the lower position).
+conventions (the mask token never predicted, float32 confidences, ties to the lower position), but for KLASS's and
+WINO's float64 and Saber's ties, which go as its code's ``torch.topk`` takes them.
 """
 from __future__ import annotations
 
@@ -22,8 +23,11 @@ GEN_LENGTH, BLOCK_LENGTH = 96, 32
 MODES = {"non-ar": GEN_LENGTH, "semi-ar": BLOCK_LENGTH}
 # KLASS and WINO score in float64, as their code does (docs/decoding.md §7): the project's other conventions.
 FLOAT64 = ref.Conventions(precision=True)
+# Saber chooses among exactly equal confidences as its code's torch.topk does (docs/decoding.md §7.4).
+TORCH_ORDER = ref.Conventions(torch_order=True)
 REFERENCES = {"eb": ref.eb_sampler, "klass": lambda *a, **k: ref.klass(*a, published=FLOAT64, **k),
-              "wino": lambda *a, **k: ref.wino(*a, published=FLOAT64, **k), "saber": ref.saber}
+              "wino": lambda *a, **k: ref.wino(*a, published=FLOAT64, **k),
+              "saber": lambda *a, **k: ref.saber(*a, published=TORCH_ORDER, **k)}
 # The default run: one held-out item a method, each method on another family (the slow run: three of every family).
 # WINO and Saber take tokens back on theirs, so the comparison covers the re-masks too.
 QUICK = {"eb": ("pick", 0), "klass": ("list", 0), "wino": ("word", 0), "saber": ("list", 1)}

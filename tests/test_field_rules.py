@@ -151,3 +151,33 @@ def test_saber_take_backs_grow_with_its_commits():
     conf = [0.99] * 20 + [0.0] * 20
     choice = r.choose(scores(conf))
     assert len(choice.commit) == 20 and len(choice.remask) == math.ceil(20 / 8)
+
+
+def published_topk(m: int, response: dict[int, float], k: int, largest: bool) -> list[int]:
+    """What Saber's published code picks: ``torch.topk`` over its (1, m + n) row, the prompt and every position
+    that is not a candidate at -inf (commits) or +inf (take-backs), as response offsets in position order."""
+    row = torch.full((1, m + 12), -math.inf if largest else math.inf)
+    for p, v in response.items():
+        row[0, m + p] = v
+    _, picked = torch.topk(row[0], k=k, largest=largest)
+    return sorted(p - m for p in picked.tolist())
+
+
+def test_among_exactly_equal_confidences_saber_commits_and_takes_back_as_its_published_codes_topk_does():
+    # Before any commit the bar is 1: no position passes, so Saber commits the top n = 2 of the `equal` positions
+    # tied at 0.9; then takes back max(1, ceil(2 / 8)) = 1 of those two, tied again (both rose 0.9 from 0). Which
+    # of equal values torch.topk takes depends on the whole row it is given, the prompt's -inf included: the rule
+    # lays it out as the published code does (``Scores.prompt_length``, the loop's prompt length).
+    lower = 0
+    for m in (0, 5, 20, 40):
+        for equal in range(2, 8):
+            r = rule("saber")
+            conf = [0.9] * equal + [0.1] * (12 - equal)
+            step = scores(conf)
+            step.prompt_length = m
+            choice = r.choose(step)
+            commit = published_topk(m, dict(enumerate(conf)), 2, largest=True)
+            assert choice.commit == commit
+            assert choice.remask == published_topk(m, {p: conf[p] for p in commit}, 1, largest=False)
+            lower += choice.commit != [0, 1] or choice.remask != [0]
+    assert lower        # and torch's choice is not always the lower positions (the rest of the project's tie rule)
