@@ -1,5 +1,7 @@
 """The About text: ``assets/ui/about.md`` with the run's numbers filled in (where each method's parallelism
-comes from) and the settings tables generated from the same Specs as the controls."""
+comes from) and the settings tables generated from the same Specs as the controls; and the lessons of a run in
+words that it is made of: which lanes answered right, what a revising lane took back, what a fork changed (the
+fork panel's status says that too)."""
 from __future__ import annotations
 
 import string
@@ -28,7 +30,6 @@ def about_text(traces: list[Trace], outside: str = "") -> str:
              f"{r['padding_only']} |" for r in rows])
         checked = judged(traces)
         revised = [revisions(t) for t in traces if t.remasks()]
-        from dico_ui.forks import fork_story  # here: forks draws its results through this module
         forked = fork_story(traces)
         values["lessons"] = "\n".join(f"- {lesson(r)}" for r in rows) + (f"\n\n{checked}" if checked else "") + \
             "".join(f"\n\n{line}" for line in revised) + (f"\n\n{forked}" if forked else "") + \
@@ -93,6 +94,60 @@ def revisions(trace: Trace) -> str:
     return "".join(said) + "."
 
 
+def parent_of(fork: Trace, traces: list[Trace]) -> Trace | None:
+    """The run on screen that ``fork`` forked (by its label), or None."""
+    return next((t for t in traces if t is not fork and t.name == fork.fork["parent"]), None)
+
+
+def _final(trace: Trace) -> list[int | None]:
+    return trace.tokens_before(len(trace.steps))
+
+
+def changed_positions(parent: Trace, fork: Trace) -> list[int]:
+    """Response positions whose final token differs between the fork and its parent."""
+    return [p for p, (a, b) in enumerate(zip(_final(parent), _final(fork))) if a != b]
+
+
+def _edits(parent: Trace, fork: Trace) -> str:
+    at, before = fork.fork["at"], parent.tokens_before(fork.fork["at"])
+    said = [f"wrote ‘{clean(fork.token_text(t).strip())}’ at position {p}" +
+            (f" (it held ‘{clean(parent.token_text(before[int(p)]).strip())}’)" if before[int(p)] is not None else "")
+            for p, t in fork.fork.get("force", {}).items()]
+    said += [f"took back ‘{clean(parent.token_text(before[p]).strip())}’ at position {p}"
+             for p in fork.fork.get("remask", [])]
+    return f"before step {at} it " + " and ".join(said)
+
+
+def _answer(trace: Trace) -> str:
+    from dico.embedded import tasks
+    item = render.judged_item(trace.prompt)
+    verdict = "" if item is None or trace.stopped else (" (right)" if tasks.check(item, trace.text) else " (wrong)")
+    return f"“{clean(trace.text.strip())}”{verdict}"
+
+
+def fork_story(traces: list[Trace]) -> str:
+    """What each fork on screen changed, in words: its edit, which later commits differ from its parent's, and
+    whether the answer changed (judged where the prompt can be checked)."""
+    said = []
+    for fork in (t for t in traces if t.fork is not None):
+        parent = parent_of(fork, traces)
+        if parent is None:
+            said.append(f"**{clean(fork.name)}** is a fork of {clean(fork.fork['parent'])} at step {fork.fork['at']} "
+                        "(its parent is not on screen).")
+            continue
+        moved = changed_positions(parent, fork)
+        where = ", ".join(f"{p} (‘{clean(parent.token_text(_final(parent)[p]).strip())}’ → "
+                          f"‘{clean(fork.token_text(_final(fork)[p]).strip())}’)" for p in moved[:8])
+        differ = (f"it ends with {len(moved)} position(s) unlike its parent's: {where}" + ("…" if len(moved) > 8
+                                                                                            else "")
+                  if moved else "every position ends as in its parent")
+        answer = (f"the answer changed from {_answer(parent)} to {_answer(fork)}" if fork.text != parent.text
+                  else f"the answer stayed {_answer(fork)}")
+        said.append(f"**{clean(fork.name)}**: {_edits(parent, fork)}; after that {differ} ({fork.nfe} steps against "
+                    f"{parent.nfe}), and {answer}.")
+    return " ".join(said)
+
+
 def settings_tables() -> str:
     """The About text's settings: one table per group of generated controls (the shared sampling options once)."""
     groups: dict[str, list] = {}
@@ -105,7 +160,7 @@ def settings_tables() -> str:
 def lesson(r: dict) -> str:
     """Where one run's parallelism came from, in one sentence with its numbers."""
     if r["answer_nfe"] is None:
-        return f"**{r['label']}** was stopped at step {r['nfe']}, before its answer was complete."
+        return f"**{r['label']}** was {render.ended(r)} at step {r['nfe']}, before its answer was complete."
     head = (f"**{r['label']}** took {r['nfe']} steps and completed the answer ({r['answer']} tokens) at step "
             f"{r['answer_nfe']}: {r['answer_per_step']} answer tokens per step, {r['tokens_per_step']} tokens per "
             f"step counting the {r['padding']} padding positions.")

@@ -1,13 +1,17 @@
-"""Make the example run the page opens on: one example prompt raced by the lesson's lanes (Vanilla, naive top-k,
-Fast-dLLM and DiCo) on the embedded model, saved as a trace bundle that the app replays without a model.
+"""Make the shipped examples the app replays without a model: the example run the page opens on (one example prompt
+raced by the lesson's lanes, Vanilla, naive top-k, Fast-dLLM and DiCo, on the embedded model, saved as a trace
+bundle) and the example fork of the fork panel (that run and a fork of its naive lane that answers right).
 
     python -m dico_ui.examples                        # the example chosen before (assets/examples.json "opens_on")
     python -m dico_ui.examples --choose pick,team --items 40   # measure held-out items, choose, write both files
+    python -m dico_ui.examples --fork                 # the example fork of the run above (assets/ui/fork_example.json)
 
 ``--choose`` races every candidate item and keeps those that show the lesson: Vanilla (one token a step),
 Fast-dLLM and DiCo answer right and naive top-k answers wrong. Of those it opens on the one whose DiCo answer is
 complete soonest (then Fast-dLLM's, then the shorter prompt), adds it to assets/examples.json if it is not there
-and records how it was chosen. Rerun it when the embedded model or the decoders change, and commit both JSON files.
+and records how it was chosen. ``--fork`` forks the naive lane of the shipped run at its clash (the step that
+committed the most answer positions at once) by the first single edit that answers right. Rerun them when the
+embedded model or the decoders change, and commit the JSON files.
 """
 from __future__ import annotations
 
@@ -15,11 +19,14 @@ import argparse
 import json
 from pathlib import Path
 
+from dico.forking import candidates, fork
 from dico.settings import DEFAULT_GEN_LENGTH, NON_AR
-from dico.trace import bundle_json
+from dico.trace import Trace, bundle_json, read_traces
+from dico_ui.forks import FORK_EXAMPLE
 from dico_ui.handlers import EXAMPLE_RUN
 from dico_ui.models import get_predictor, warm_up
 from dico_ui.race import race
+from dico_ui.render import judged_item
 from dico_ui.request import DEFAULT_METHODS, parse_request
 from dico_ui.text import EXAMPLES
 
@@ -81,6 +88,49 @@ def example_entry(item, found: dict, model: str) -> dict:
     return entry
 
 
+# ============================================================================ the example fork
+
+def example_forks(predictor, parent: Trace, at: int, positions) -> list[tuple[Trace, bool | None]]:
+    """Every single edit at the clash, each with its verdict (the prompt's checker): each token step ``at``
+    committed taken back after it, then the model's next two candidates forced before it at each position."""
+    from dico.embedded import tasks
+    item = judged_item(parent.prompt)
+    tried = [fork(predictor, parent, at + 1, remask=[pos]) for pos in positions]
+    for pos in positions:
+        tried += [fork(predictor, parent, at, force={pos: token})
+                  for token, _, _ in candidates(predictor, parent, at, pos, k=3)[1:]]
+    return [(t, tasks.check(item, t.text) if item is not None else None) for t in tried]
+
+
+def clash(trace: Trace) -> int:
+    """The step of a run that committed the most answer positions at once, the latest of equals (Top-4's clash on
+    the lesson's example: step 23 commits ` S`, `ara`, ` G`, `ill` together)."""
+    return max(range(len(trace.steps)), key=lambda k: (len(trace.answer_commits(trace.steps[k])), k))
+
+
+def make_fork_example(predictor, source: Path = EXAMPLE_RUN, lane: str = "Top-4 per step") \
+        -> tuple[list[Trace], list]:
+    """The lesson's example run and a fork of its naive lane at its clashing step that answers right (the first
+    such single edit, take-backs first): the runs to ship and every edit tried with its verdict."""
+    traces = read_traces(source.read_bytes())
+    parent = next(t for t in traces if t.name == lane)
+    at = clash(parent)
+    tried = example_forks(predictor, parent, at, parent.answer_commits(parent.steps[at]))
+    right = [t for t, ok in tried if ok]
+    if not right:
+        raise ValueError(f"fork: no single edit at step {at} of {lane} answers right; tried "
+                         + "; ".join(f"{t.name}: {t.text!r}" for t, _ in tried))
+    return [*traces, right[0]], tried
+
+
+def write_fork_example(predictor, out: Path) -> None:
+    traces, tried = make_fork_example(predictor)
+    for trace, ok in tried:
+        print(f"{'right' if ok else 'wrong'}  {trace.name}: {trace.text.strip()!r} ({trace.nfe} steps)")
+    out.write_text(bundle_json(traces))
+    print(f"wrote {out}: {traces[-1].name}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--example", type=int, default=None,
@@ -89,11 +139,17 @@ def main(argv=None) -> int:
                         "the one that shows the lesson best (adds it to assets/examples.json)")
     parser.add_argument("--items", type=int, default=40, help="with --choose: items per family (default 40)")
     parser.add_argument("--examples", type=Path, default=EXAMPLES, help=f"examples file (default {EXAMPLES})")
-    parser.add_argument("--out", type=Path, default=EXAMPLE_RUN, help=f"bundle to write (default {EXAMPLE_RUN})")
+    parser.add_argument("--fork", action="store_true", help=f"write the example fork of the shipped run instead "
+                        f"({FORK_EXAMPLE.relative_to(EXAMPLES.parent.parent)})")
+    parser.add_argument("--out", type=Path, help=f"bundle to write (default {EXAMPLE_RUN}, with --fork {FORK_EXAMPLE})")
     args = parser.parse_args(argv)
     shipped = json.loads(args.examples.read_text())
     warm_up()
     predictor = get_predictor()
+    if args.fork:
+        write_fork_example(predictor, args.out or FORK_EXAMPLE)
+        return 0
+    args.out = args.out or EXAMPLE_RUN
     if args.choose:
         item, traces, found = choose(predictor, tuple(args.choose.split(",")), args.items)
         entry = example_entry(item, found, predictor.name)

@@ -7,37 +7,38 @@ back, and watch the fork decode live as a new lane beside the original.
 
 In the step view at step k, "force" forks before step k (``dico.fork(at=k, force={position: token})``: step k is
 decoded again with that token written), "take back" forks after it (``at=k + 1, remask=[position]``: what step k
-committed there goes back to the mask). A fork is a lane like any other: at most ``MAX_LANES`` on screen, one
-place in the app's line of runs, Stop and the time limit end it. Its label is the library's ("Top-4 per step, fork
-at step 23: [mask] -> D"); ``fork_story`` says in words what the edit changed.
-
-    python -m dico_ui.forks --example     # the shipped fork of the lesson's example (assets/ui/fork_example.json)
+committed there goes back to the mask). A fork is a lane like any other: at most ``MAX_LANES`` on screen, and it
+takes a run's path (``dico_ui.stream``: one place in the app's line of runs, Stop, the time limit, a fault keeping
+its partial lane); a ``ForkJob`` is what a fork does its own way. Its label is the library's ("Top-4 per step, fork
+at step 23: [mask] -> D"); ``dico_ui.about.fork_story`` says in words what the edit changed. The shipped example
+fork is made by ``python -m dico_ui.examples --fork``.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
 
+import visuals
+from dico.constraints import encode_fixed
+from dico.forking import candidates, decode_fork
 from dico.lanes import MAX_LANES, parse_lane
-from dico.loop import close_snapshot
+from dico.methods import admit
 from dico.settings import SETTINGS
-from dico.forking import decode_fork
-from dico.trace import MAX_JSON_BYTES, Trace, bundle_json, read_traces
-from dico_ui import render, runs
+from dico.trace import MAX_JSON_BYTES, Trace, read_traces
+from dico_ui import render
+from dico_ui.about import fork_story, parent_of
 from dico_ui.limits import LIMITS
 from dico_ui.models import get_predictor, gpu
+from dico_ui.numbers import whole
 from dico_ui.outputs import figure, friendly, results
-from dico_ui.race import Frame, LaneRun, own_time
+from dico_ui.race import Frame, LaneRun, end_state, interleave
+from dico_ui.stream import End, Job, admitted, failure
 from dico_ui.text import clean
 
-ROOT = Path(__file__).resolve().parent.parent
-FORK_EXAMPLE = ROOT / "assets" / "ui" / "fork_example.json"
-EXAMPLE_RUN = ROOT / "assets" / "ui" / "example_run.json"
+FORK_EXAMPLE = Path(__file__).resolve().parent.parent / "assets" / "ui" / "fork_example.json"
 CANDIDATES = 5
 ACTIONS = ("force", "take back")
 OWN_METHOD = -1                 # "continue with": the forked run's own method and settings
@@ -61,16 +62,6 @@ class ForkRequest:
 
 # ============================================================================ parsing, once, at the boundary
 
-def whole(value, name: str) -> int:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    raise ValueError(f"{name}: must be a whole number, got {value!r}")
-
-
 def check_room(shown, parent: Trace, at: int) -> None:
     """A fork is one more lane: at most ``MAX_LANES`` on screen; and a step of the run (0..its steps)."""
     if len(shown) >= MAX_LANES:
@@ -83,9 +74,10 @@ def check_room(shown, parent: Trace, at: int) -> None:
                          "ask for here")
 
 
-def continue_with(lane) -> tuple[str | None, object]:
+def continue_with(lane, parent: Trace) -> tuple[str | None, object]:
     """The method and settings a fork continues with: None (the forked run's own), a run on screen (a Trace), or
-    the API's lane spec (a method name or {"method", "settings"}), checked as a lane of ``/run`` is."""
+    the API's lane spec (a method name or {"method", "settings"}), checked as a lane of ``/run`` is, and admitted
+    on the parent's mode and lengths (what the rule cannot do, refused before anything runs)."""
     if lane in (None, "", {}):
         return None, None
     if isinstance(lane, Trace):
@@ -97,6 +89,10 @@ def continue_with(lane) -> tuple[str | None, object]:
         except json.JSONDecodeError as exc:
             raise ValueError(f"lane: not valid JSON ({exc})") from None
     parsed, _ = parse_lane(lane, lambda i, name="": "lane" + (f".{name}" if name else ""), 0)
+    try:
+        admit(parsed.method, parent.mode, parsed.settings, parent.gen_length, parent.block_length or parent.gen_length)
+    except ValueError as exc:
+        raise ValueError(f"lane ({parsed.label}): {exc}") from None
     return parsed.method, parsed.settings
 
 
@@ -112,7 +108,7 @@ def fork_request(shown, parent: Trace, at, force=None, remask=None, lane=None) -
                          "exactly as its parent did)")
     if parent.fork is not None:
         parent, force, remask = refork(shown, parent, at, force, remask)
-    method, settings = continue_with(lane)
+    method, settings = continue_with(lane, parent)
     return ForkRequest(parent, at, force, remask, tuple(shown), method, settings)
 
 
@@ -175,8 +171,8 @@ def read_parent(trace_json, run="") -> tuple[list[Trace], Trace]:
     named = [t for t in traces if t.name == run]
     if named:
         return traces, named[0]
-    if isinstance(run, (int, float)) or str(run).isdigit():
-        return traces, _run(traces, run)
+    if isinstance(run, (int, float)) or str(run).strip().isdigit():
+        return traces, _run(traces, int(run) if isinstance(run, str) else run)       # an index typed as text
     raise ValueError(f"run: no run labelled {run!r} in the trace; choose one of "
                      f"{', '.join(repr(t.name) for t in traces)}")
 
@@ -206,32 +202,17 @@ def api_request(trace_json, run, at, edits, lane=None) -> ForkRequest:
     return fork_request(traces, parent, at, force, remask, lane)
 
 
-# ============================================================================ decoding, streaming
+# ============================================================================ decoding
 
 @gpu
 def decode_fork_race(req: ForkRequest):
-    """The fork beside the runs on screen, as frames of a race: the shown runs finished, the fork decoding (its
-    first frame comes after the parent's first ``at`` steps are replayed on the model). The caller closes it to
-    stop it (its trace is then finished as stopped)."""
+    """The fork beside the runs on screen, as frames of a race (``interleave``): the shown runs finished, the fork
+    decoding (its first frame comes once the parent's first ``at`` steps are replayed on the model and the fork has
+    taken its first step). The caller closes it to stop it (its trace is then finished as stopped)."""
     predictor = get_predictor(req.parent.model)
-    lanes = [LaneRun(t.method, t.name, t, t.nfe - 1, "stopped" if t.stopped else "done") for t in req.shown]
-    steps = decode_fork(predictor, req.parent, req.at, **req.options())
-    lane = LaneRun(req.method or req.parent.method, "fork")
-    lanes.append(lane)
-    rounds = 0
-    try:
-        for lane.trace, step in steps:
-            rounds += 1
-            lane.label, lane.k = lane.trace.name, step.index
-            yield Frame(lanes, rounds)
-        lane.state = "done"
-    finally:
-        steps.close()
-        if lane.state == "decoding":
-            lane.state = "stopped"
-        if lane.trace is not None:
-            own_time(lane.trace)
-    yield Frame(lanes, rounds, finished=True, stopped=lane.state == "stopped")
+    lanes = [LaneRun(t.method, t.name, t, t.nfe - 1, end_state(t)) for t in req.shown]
+    lanes.append(LaneRun(req.method or req.parent.method, f"the fork of {req.parent.name}", k=req.at - 1))
+    yield from interleave(lanes, {len(req.shown): decode_fork(predictor, req.parent, req.at, **req.options())})
 
 
 def _predictor(parent: Trace):
@@ -244,7 +225,6 @@ def _predictor(parent: Trace):
 def precheck(predictor, req: ForkRequest) -> None:
     """The edits against the run before anything decodes (the library checks them again on the replayed state):
     positions of the response, tokens of the model, no edit of a fixed position, no take-back of a masked one."""
-    from dico.constraints import encode_fixed
     forced = encode_fixed(predictor, req.force, req.parent.gen_length, field="force")
     fixed = {int(p) for p in req.parent.constraints or {}} | {int(p) for p in (req.parent.fork or {}).get("force", {})}
     before = req.parent.tokens_before(req.at)
@@ -259,95 +239,60 @@ def precheck(predictor, req: ForkRequest) -> None:
         raise ValueError(f"{field}: position {pos} is fixed by a constraint (or an earlier edit)")
 
 
-def _turn(session: str, since: float, ticket):
-    """Wait for a decoder, saying how long; False when the fork must not run (Stop, the page closed)."""
-    while True:
-        turn = runs.LINE.wait(ticket, timeout=1.0)
-        why = runs.ended(session, since)
-        if why:
-            yield {"status": "Stopped before the fork started." if why != "gone" else ""}
-            return False
-        if turn:
-            return True
-        yield {"status": runs.waiting(ticket)}
+class ForkJob(Job):
+    """A fork (``dico_ui.stream`` streams it): the runs on screen stay, the fork decodes live as a new lane beside
+    them, then every figure is drawn from them all with the step view on the fork where it parts."""
+
+    def __init__(self, req: ForkRequest):
+        predictor = _predictor(req.parent)
+        precheck(predictor, req)
+        super().__init__(predictor)
+        self.req = req
+
+    def start(self) -> dict:
+        return {"status": f"Forking: replaying the first {self.req.at} steps of {clean(self.req.parent.name)} on the "
+                          "model…"}
+
+    def frames(self):
+        return decode_fork_race(self.req)
+
+    def live(self, frame: Frame) -> dict:
+        fork = frame.lanes[-1]
+        return {"status": f"Forked {clean(self.req.parent.name)} at step {self.req.at}: {clean(fork.label)}, step "
+                          f"{fork.k + 1}, decoding",
+                "answers": render.lanes_html([(lane.trace, lane.k, lane.state) for lane in frame.lanes],
+                                             self.token_text)}
+
+    def own(self, frame: Frame) -> list[Trace]:
+        return [lane.trace for lane in frame.lanes[len(self.req.shown):] if lane.trace is not None]
+
+    def drawn(self, frame: Frame, end: End) -> dict:
+        fork = frame.lanes[-1].trace
+        traces = [*self.req.shown, fork]
+        return shown_fork(traces, fork, fork_status(traces, fork, end))
 
 
-def _refuse(message: str, title: str, page: bool):
-    yield {"status": f"**{title}**: {clean(message)}"}
-    if not page:
-        raise gr.Error(clean(message), title=title, print_exception=False)
-    gr.Warning(clean(message), title=title)
+def fork_status(traces: list[Trace], fork: Trace, end: End) -> str:
+    """How a fork ended, what it decoded, and what its edit changed."""
+    said = f"{clean(fork.name)} decoded {len(fork.steps) - fork.fork['at']} steps of its own in {end.seconds:.1f} s"
+    if end.failed:
+        head = f"**The fork failed**: {failure(end.failed)}. Its partial lane stays on screen; {said}"
+    else:
+        ended = (("Stopped at the time limit" if end.why == "time" else "Stopped") if fork.stopped else
+                 "Stopped at the pass limit" if fork.limit_reached else "Done")
+        head = f"{ended}: {said}"
+    return f"{head}.  \n{fork_story(traces)}"
 
 
-def stream_fork(request, make, page: bool):
-    """Check the fork, join the line, wait for a decoder, stream the fork beside the runs on screen, then draw
-    every figure from them all. A bad fork is said in the status and the page keeps what it shows."""
-    session = runs.session_of(request)
-    since = runs.asked(session)
-    try:
-        req = make()
-        precheck(_predictor(req.parent), req)
-    except ValueError as exc:
-        yield from _refuse(str(exc), "Cannot fork", page)
-        return
-    ticket = runs.LINE.join(session)
-    if ticket is None:
-        yield from _refuse(runs.busy(), "Busy", page)
-        return
-    try:
-        if (yield from _turn(session, since, ticket)):
-            yield {"status": f"Forking: replaying the first {req.at} steps of {clean(req.parent.name)} on the model…"}
-            yield from _frames(session, since, req, page)
-    finally:
-        runs.LINE.leave(ticket)
-        runs.trim_sessions()            # as after a run: gradio's per-session tables stay bounded
-
-
-def _frames(session: str, since: float, req: ForkRequest, page: bool):
-    started, frame, why = time.perf_counter(), None, None
-    frames = decode_fork_race(req)
-    try:
-        while not (why := runs.ended(session, since, started if frame is not None else None)):
-            frame = next(frames, None)
-            if frame is None or frame.finished:
-                break
-            fork = frame.lanes[-1]
-            yield {"status": f"Forked {clean(req.parent.name)} at step {req.at}: {clean(fork.label)}, step "
-                             f"{fork.k + 1}, decoding",
-                   "answers": render.lanes_html([(lane.trace, lane.k, lane.state) for lane in frame.lanes])}
-    except ValueError as exc:       # the library's word on the edits or the trace (it did not replay)
-        yield from _refuse(str(exc), "Cannot fork", page)
-        return
-    finally:
-        frames.close()
-    if why == "gone":
-        return
-    fork = frame.lanes[-1].trace if frame is not None else None
-    if fork is None:
-        yield {"status": "Stopped before the fork's first step."}
-        return
-    if not fork.response:            # a copy from a worker process (ZeroGPU), closed there: finish it here
-        own_time(close_snapshot(_predictor(fork), fork))
-    yield shown_fork([*req.shown, fork], fork, why, time.perf_counter() - started)
-
-
-def shown_fork(traces: list[Trace], fork: Trace, why: str | None, seconds: float) -> dict:
+def shown_fork(traces: list[Trace], fork: Trace, status: str) -> dict:
     """Every result output for the runs and their fork, with the step view on the fork where it parts."""
-    ended = ("Stopped at the time limit" if why == "time" else "Stopped") if fork.stopped else "Done"
-    status = (f"{ended}: {clean(fork.name)} decoded {len(fork.steps) - fork.fork['at']} steps of its own in "
-              f"{seconds:.1f} s.  \n{fork_story(traces)}")
     out = results(traces, status)
     k = min(fork.fork["at"], max(len(fork.steps) - 1, 0))
     out.update(step_run=gr.update(choices=[(f"{t.name}: {t.nfe} steps", j) for j, t in enumerate(traces)],
                                   value=len(traces) - 1),
                step=gr.update(minimum=0, maximum=max(len(fork.steps) - 1, 1), value=k, interactive=True),
-               step_view=figure("step view", _step_view, fork, k), step_text=render.step_html(fork, k))
+               step_view=figure("step view", visuals.step_view_figure, fork, k), step_text=render.step_html(fork, k))
     return out
-
-
-def _step_view(trace, k):
-    import visuals
-    return visuals.step_view_figure(trace, k)
 
 
 # ============================================================================ handlers
@@ -356,7 +301,6 @@ def _step_view(trace, k):
 def show_candidates(run_index, k, position, traces) -> dict:
     """The model's top tokens at ``position`` in the pass of step ``k`` of the chosen run (replayed on the model),
     as choices for "force", and what the position holds before and after that step."""
-    from dico.forking import candidates
     parent = _run(traces or [], run_index) if traces else None
     if parent is None:
         raise ValueError("fork: there is no run on screen; press Run first")
@@ -381,8 +325,8 @@ def _radio(choices):
 @friendly("Cannot fork", page=True)
 def fork_ui(request: gr.Request, traces, run_index, k, position, action, token, word, fork_with=OWN_METHOD):
     """The fork panel's Force / Take back: the fork decodes live as a new lane beside the runs on screen."""
-    yield from stream_fork(request, lambda: page_request(traces, run_index, k, position, action, token, word,
-                                                         fork_with), page=True)
+    yield from admitted(request, lambda: ForkJob(page_request(traces, run_index, k, position, action, token, word,
+                                                              fork_with)), True, "fork")
 
 
 def force_ui(request: gr.Request, traces, run_index, k, position, token, word, fork_with=OWN_METHOD):
@@ -412,10 +356,25 @@ def fork_api(request: gr.Request, trace_json, run, at, edits, lane=None):
         Client(url).predict(open("run.json").read(), "Top-4 per step", 23, {"force": {"7": " L"}}, "",
                             api_name="/fork")
     """
-    yield from stream_fork(request, lambda: api_request(trace_json, run, at, edits, lane), page=False)
+    yield from admitted(request, lambda: ForkJob(api_request(trace_json, run, at, edits, lane)), False, "fork")
 
 
-# ============================================================================ the panel and its events
+@friendly("Cannot open the example fork", page=True)
+def open_example() -> dict:
+    """The shipped fork (``FORK_EXAMPLE``) replayed without a model: the lesson's race and its fork, the step view
+    on the fork where it parts, and the prompt box filled with the lesson's prompt."""
+    try:
+        traces = read_traces(FORK_EXAMPLE.read_bytes())
+    except OSError as exc:
+        raise ValueError(f"file: the example fork is not shipped with this copy ({exc.strerror}); "
+                         "python -m dico_ui.examples --fork makes it") from None
+    fork = traces[-1]
+    status = (f"The example fork, replayed from traces shipped with the app: {render.run_caption(fork)}.  \n"
+              + fork_story(traces))
+    return {**shown_fork(traces, fork, status), "prompt": fork.prompt}
+
+
+# ============================================================================ the panel
 
 FORK_HELP = ("**Fork this run**: pick a position at the step on the slider. **Candidates** shows the model's top "
              "tokens there in that step's pass; **Force** decodes the step again with one of them (or a word you "
@@ -450,149 +409,3 @@ def api_inputs() -> dict:
     return {"api_fork_in": [gr.Textbox(visible=False), gr.Textbox("", visible=False), gr.Number(visible=False),
                             gr.JSON(visible=False), gr.JSON(visible=False)],
             "api_fork": gr.Button(visible=False)}
-
-
-def wire(c: dict, results: list, keyed) -> None:
-    """The panel's events and ``/fork`` (inside the page's Blocks; ``keyed`` maps named outputs to components).
-    A fork queues with the runs (one line, ``concurrency_id="decode"``) and Stop ends it."""
-    live = dict(show_progress="minimal", show_progress_on=[c["status"]], concurrency_limit=None,
-                concurrency_id="decode", trigger_mode="always_last")
-    quiet = dict(queue=False, show_api=False)
-    here = [c["traces"], c["step_run"], c["step"], c["fork_position"]]
-    c["fork_show"].click(keyed(show_candidates, c), [c["step_run"], c["step"], c["fork_position"], c["traces"]],
-                         [c["fork_token"], c["fork_note"], c["status"]], show_api=False, show_progress="minimal")
-    c["fork_force"].click(runs.clicked, None, None, **quiet) \
-        .then(keyed(force_ui, c), here + [c["fork_token"], c["fork_word"], c["fork_with"]], results,
-              show_api=False, **live)
-    c["fork_take_back"].click(runs.clicked, None, None, **quiet) \
-        .then(keyed(take_back_ui, c), here + [c["fork_with"]], results, show_api=False, **live)
-    c["step_run"].change(keyed(lanes_menu, c), [c["traces"]], [c["fork_with"]], **quiet)
-    c["fork_example"].click(keyed(open_example, c), None, results + [c["prompt"]], show_api=False,
-                            show_progress="minimal")
-    c["api_fork"].click(keyed(fork_api, c), c["api_fork_in"], results, api_name="fork", **live)
-
-
-@friendly("Cannot open the example fork", page=True)
-def open_example() -> dict:
-    """The shipped fork (``FORK_EXAMPLE``) replayed without a model: the lesson's race and its fork, the step view
-    on the fork where it parts, and the prompt box filled with the lesson's prompt."""
-    try:
-        traces = read_traces(FORK_EXAMPLE.read_bytes())
-    except OSError as exc:
-        raise ValueError(f"file: the example fork is not shipped with this copy ({exc.strerror}); "
-                         "python -m dico_ui.forks --example makes it") from None
-    fork = traces[-1]
-    out = shown_fork(traces, fork, None, 0.0)
-    out["status"] = (f"The example fork, replayed from traces shipped with the app: {render.run_caption(fork)}.  \n"
-                     + fork_story(traces))
-    return {**out, "prompt": fork.prompt}
-
-
-# ============================================================================ what the edit changed
-
-def parent_of(fork: Trace, traces: list[Trace]) -> Trace | None:
-    return next((t for t in traces if t is not fork and t.name == fork.fork["parent"]), None)
-
-
-def _final(trace: Trace) -> list[int | None]:
-    return trace.tokens_before(len(trace.steps))
-
-
-def changed_positions(parent: Trace, fork: Trace) -> list[int]:
-    """Response positions whose final token differs between the fork and its parent."""
-    return [p for p, (a, b) in enumerate(zip(_final(parent), _final(fork))) if a != b]
-
-
-def _edits(parent: Trace, fork: Trace) -> str:
-    at, before = fork.fork["at"], parent.tokens_before(fork.fork["at"])
-    said = [f"wrote ‘{clean(fork.token_text(t).strip())}’ at position {p}" +
-            (f" (it held ‘{clean(parent.token_text(before[int(p)]).strip())}’)" if before[int(p)] is not None else "")
-            for p, t in fork.fork.get("force", {}).items()]
-    said += [f"took back ‘{clean(parent.token_text(before[p]).strip())}’ at position {p}"
-             for p in fork.fork.get("remask", [])]
-    return f"before step {at} it " + " and ".join(said)
-
-
-def _answer(trace: Trace) -> str:
-    from dico.embedded import tasks
-    item = render.judged_item(trace.prompt)
-    verdict = "" if item is None or trace.stopped else (" (right)" if tasks.check(item, trace.text) else " (wrong)")
-    return f"“{clean(trace.text.strip())}”{verdict}"
-
-
-def fork_story(traces: list[Trace]) -> str:
-    """What each fork on screen changed, in words: its edit, which later commits differ from its parent's, and
-    whether the answer changed (judged where the prompt can be checked)."""
-    said = []
-    for fork in (t for t in traces if t.fork is not None):
-        parent = parent_of(fork, traces)
-        if parent is None:
-            said.append(f"**{clean(fork.name)}** is a fork of {clean(fork.fork['parent'])} at step {fork.fork['at']} "
-                        "(its parent is not on screen).")
-            continue
-        moved = changed_positions(parent, fork)
-        where = ", ".join(f"{p} (‘{clean(parent.token_text(_final(parent)[p]).strip())}’ → "
-                          f"‘{clean(fork.token_text(_final(fork)[p]).strip())}’)" for p in moved[:8])
-        differ = (f"it ends with {len(moved)} position(s) unlike its parent's: {where}" + ("…" if len(moved) > 8
-                                                                                            else "")
-                  if moved else "every position ends as in its parent")
-        answer = (f"the answer changed from {_answer(parent)} to {_answer(fork)}" if fork.text != parent.text
-                  else f"the answer stayed {_answer(fork)}")
-        said.append(f"**{clean(fork.name)}**: {_edits(parent, fork)}; after that {differ} ({fork.nfe} steps against "
-                    f"{parent.nfe}), and {answer}.")
-    return " ".join(said)
-
-
-# ============================================================================ the shipped example fork
-
-def example_forks(predictor, parent: Trace, at: int, positions) -> list[tuple[Trace, bool | None]]:
-    """Every single edit at the clash, each with its verdict (the prompt's checker): each token step ``at``
-    committed taken back after it, then the model's next two candidates forced before it at each position."""
-    from dico.embedded import tasks
-    from dico.forking import candidates, fork
-    item = render.judged_item(parent.prompt)
-    tried = [fork(predictor, parent, at + 1, remask=[pos]) for pos in positions]
-    for pos in positions:
-        tried += [fork(predictor, parent, at, force={pos: token})
-                  for token, _, _ in candidates(predictor, parent, at, pos, k=3)[1:]]
-    return [(t, tasks.check(item, t.text) if item is not None else None) for t in tried]
-
-
-def clash(trace: Trace) -> int:
-    """The step of a run that committed the most answer positions at once, the latest of equals (Top-4's clash on
-    the lesson's example: step 23 commits ` S`, `ara`, ` G`, `ill` together)."""
-    return max(range(len(trace.steps)), key=lambda k: (len(trace.answer_commits(trace.steps[k])), k))
-
-
-def make_example(predictor, source: Path = EXAMPLE_RUN, lane: str = "Top-4 per step") -> tuple[list[Trace], list]:
-    """The lesson's example run and a fork of its naive lane at its clashing step that answers right (the first
-    such single edit, take-backs first): the runs to ship and every edit tried with its verdict."""
-    traces = read_traces(source.read_bytes())
-    parent = next(t for t in traces if t.name == lane)
-    at = clash(parent)
-    tried = example_forks(predictor, parent, at, parent.answer_commits(parent.steps[at]))
-    right = [t for t, ok in tried if ok]
-    if not right:
-        raise ValueError(f"fork: no single edit at step {at} of {lane} answers right; tried "
-                         + "; ".join(f"{t.name}: {t.text!r}" for t, _ in tried))
-    return [*traces, right[0]], tried
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dico_ui.forks", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--example", action="store_true", help=f"write {FORK_EXAMPLE.relative_to(ROOT)}")
-    parser.add_argument("--out", type=Path, default=FORK_EXAMPLE)
-    args = parser.parse_args(argv)
-    if not args.example:
-        parser.print_help()
-        return 0
-    traces, tried = make_example(get_predictor())
-    for trace, ok in tried:
-        print(f"{'right' if ok else 'wrong'}  {trace.name}: {trace.text.strip()!r} ({trace.nfe} steps)")
-    args.out.write_text(bundle_json(traces))
-    print(f"wrote {args.out}: {traces[-1].name}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -3,11 +3,11 @@
 Every handler returns (or streams) its outputs keyed by name: ``{"status": ..., "answers": ...}``; a name left out
 is left as it is on the page (``dico_ui.outputs`` names them, ``dico_ui.wiring`` maps names to components). A run
 checks its request first (a bad value is said in the status and one toast, and the page keeps what it shows), then
-clears the previous results, streams the race and finally draws every figure from the traces.
+clears the previous results, streams the race and finally draws every figure from the traces: the path a fork
+takes too (``dico_ui.stream``); a ``RunJob`` is what a run does its own way.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from pathlib import Path
@@ -20,14 +20,14 @@ from dico_ui import render, runs
 from dico_ui.limits import LIMITS
 from dico_ui.models import EMBEDDED_NAME, HUB_MODELS, describe, get_predictor, gpu, is_warm, mark_warm
 from dico_ui.outputs import RESULTS, banner, cleared, figure, friendly, results  # noqa: F401  (RESULTS: tests)
-from dico_ui.race import Frame, LaneFailed, race, replay, settle
-from dico_ui.request import CONTROLS, api_request, check, page_request
+from dico_ui.race import Frame, race, replay
+from dico_ui.request import CONTROLS, RunRequest, api_request, check, page_request
 from dico_ui.runs import clicked, closed, stop  # noqa: F401  (wired in dico_ui.wiring)
+from dico_ui.stream import End, Job, admitted, failure
 from dico_ui.text import clean
 
 log = logging.getLogger("dico_ui")
-EXAMPLE_RUN = Path(__file__).resolve().parent.parent / "assets" / "ui" / "example_run.json"
-STREAM_INTERVAL = 0.15      # s between streamed frames: enough to watch, few enough for a slow connection
+EXAMPLE_RUN = Path(__file__).resolve().parent.parent / "assets" / "ui" / "example_run.json"  # dico_ui.examples makes it
 MAX_SPEED = 50              # replay speed limit, steps per second
 EXPIRED = ("This page's run is no longer kept on the server (a run is kept "
            f"{LIMITS.session_ttl_s / 60:.0f} minutes after it finishes); press Run to decode again.")
@@ -42,133 +42,50 @@ def decode_race(req):
     yield from race(get_predictor(req.model), req)
 
 
-def _refuse(message: str, title: str, page: bool):
-    """A run that cannot start: said in the status, where the eye is after pressing Run, and the page keeps what
-    it shows. API callers also get it raised, the page one toast (plain text: a toast shows no Markdown)."""
-    yield {"status": f"**{title}**: {clean(message)}"}
-    if not page:
-        raise gr.Error(clean(message), title=title, print_exception=False)
-    gr.Warning(clean(message), title=title)
+class RunJob(Job):
+    """A race of lanes (``dico_ui.stream`` streams it): the page cleared when it starts, the lanes live with the
+    prompt's note, then every figure drawn from the traces."""
 
-
-def _stream(request, make_request, page: bool):
-    """Check the request, join the line, wait for a decoder, clear the page, stream the race, then draw
-    everything from the traces. A run past the line's size is refused at once with the wait it would have had."""
-    session = runs.session_of(request)
-    since = runs.asked(session)
-    if runs.stopped_since(session, since):
-        yield {"status": "Stopped before it started: Stop was pressed while this run waited in the queue."}
-        return
-    try:
-        req = make_request()
+    def __init__(self, req: RunRequest):
         predictor, warnings, outside = check(req, runs.pass_s)
-    except ValueError as exc:               # a bad value never wipes what the page shows
-        yield from _refuse(str(exc), "Cannot run", page)
-        return
-    ticket = runs.LINE.join(session)
-    if ticket is None:
-        yield from _refuse(runs.busy(), "Busy", page)
-        return
-    try:
-        for warning in warnings:
-            gr.Warning(clean(warning))
-        if (yield from _wait(session, since, ticket)):
-            yield cleared("Starting…" + "".join(f"  \n⚠ {clean(w)}" for w in warnings))
-            yield from _race(session, since, req, predictor, outside)
-    finally:
-        runs.LINE.leave(ticket)
-        runs.trim_sessions()            # gradio's own per-session tables, bounded by the sessions it keeps
+        super().__init__(predictor, warnings)
+        self.req, self.outside, self.cold = req, outside, ""
+
+    def start(self) -> dict:
+        self.cold = "" if is_warm(self.req.model) else " (first run on this model: its timing includes warming up)"
+        return cleared("Starting…" + "".join(f"  \n⚠ {clean(w)}" for w in self.warnings))
+
+    def frames(self):
+        return decode_race(self.req)
+
+    def live(self, frame: Frame) -> dict:
+        lanes = [(lane.trace, lane.k, lane.state) for lane in frame.lanes if lane.trace is not None]
+        return {"status": race_status(frame, describe(self.predictor)),
+                "answers": render.lanes_html(lanes, self.token_text, banner(self.outside))}
+
+    def drawn(self, frame: Frame, end: End) -> dict:
+        mark_warm(self.req.model)
+        traces = frame.traces
+        if not end.failed and not self.cold:
+            runs.paced(end.seconds, sum(t.nfe for t in traces), traces[0].prompt_length + self.req.gen_length)
+        took = f"in {end.seconds:.1f} s on {clean(describe(self.predictor))}{self.cold}"
+        return results(traces, f"{ending(frame, end)} {took}.  \n" + render.summary(traces, self.outside),
+                       self.outside)
 
 
-def _wait(session: str, since: float, ticket):
-    """Wait for this run's turn to decode, saying how long; False when it must not run (Stop, page gone)."""
-    while True:
-        turn = runs.LINE.wait(ticket, timeout=1.0)
-        why = runs.ended(session, since)             # asked after the turn too: a Stop meanwhile still counts
-        if why == "gone":
-            runs.forget_session(session)
-            return False
-        if why:
-            yield {"status": "Stopped before it started: you left the line."}
-            return False
-        if turn:
-            return True
-        yield {"status": runs.waiting(ticket)}       # the last run stays meanwhile
-
-
-def _frames(session: str, since: float, req, token_text, predictor, outside: str, stream: dict):
-    """Stream the race's frames to the page, closing it when it must end (Stop, page closed, time limit, a
-    fault). ``stream`` gets what happened: the last frame, why it ended, the fault."""
-    started, shown = time.perf_counter(), 0.0
-    frames = decode_race(req)
-    try:
-        while not (why := runs.ended(session, since, started if stream.get("frame") else None)):
-            try:
-                stream["frame"] = frame = next(frames)
-            except StopIteration:
-                break
-            except Exception as exc:  # noqa: BLE001 - a fault ends this run only; the partial answers stay
-                log.exception("the race failed")
-                stream["failed"] = exc
-                break
-            if frame.finished:
-                break
-            if time.perf_counter() - shown < STREAM_INTERVAL:
-                continue
-            shown = time.perf_counter()
-            lanes = [(lane.trace, lane.k, lane.state) for lane in frame.lanes if lane.trace is not None]
-            yield {"status": race_status(frame, describe(predictor)),
-                   "answers": render.lanes_html(lanes, token_text, banner(outside))}
-        stream["why"] = why
-    finally:
-        frames.close()
-        stream["seconds"] = time.perf_counter() - started
-
-
-def _race(session: str, since: float, req, predictor, outside: str):
-    """Stream the race, then draw every figure from its traces with a status saying how it ended."""
-    token_text = functools.lru_cache(maxsize=4096)(predictor.token_text)
-    cold = "" if is_warm(req.model) else " (first run on this model: its timing includes warming up)"
-    stream: dict = {}
-    yield from _frames(session, since, req, token_text, predictor, outside, stream)
-    frame, why, failed = stream.get("frame"), stream.get("why"), stream.get("failed")
-    if why == "gone":          # nobody will see the figures: draw none; gradio just revived the session, drop it
-        runs.forget_session(session)
-        return
-    mark_warm(req.model)
-    if frame is not None and not frame.finished:
-        frame = settle(frame, predictor)
-    if frame is None or not frame.traces:
-        yield cleared(f"**The run failed** before its first step: {failure(failed)}" if failed else
-                      "Stopped before the first step.")
-        return
-    if not failed and not cold:
-        runs.paced(stream["seconds"], sum(t.nfe for t in frame.traces), frame.traces[0].prompt_length + req.gen_length)
-    took = f"in {stream['seconds']:.1f} s on {clean(describe(predictor))}{cold}"
-    yield results(frame.traces, f"{ending(frame, why, failed)} {took}.  \n" + render.summary(frame.traces, outside),
-                  outside)
-
-
-def ending(frame: Frame, why: str | None, failed: Exception | None) -> str:
+def ending(frame: Frame, end: End) -> str:
     """How a race ended, the start of its status."""
-    if failed:
-        return (f"**The run failed**: {failure(failed)}. The partial answers (up to step "
+    if end.failed:
+        return (f"**The run failed**: {failure(end.failed)}. The partial answers (up to step "
                 f"{max(t.nfe for t in frame.traces)}) stay on screen; press Run to try again. Ran")
-    if why == "time":
+    if end.why == "time":
         return (f"Stopped at the time limit ({LIMITS.run_seconds:.0f} s a run on this shared server) at step "
                 f"{frame.round}; the partial answers and figures stay on screen. Ran")
     if frame.stopped:
         return (f"Stopped at step {frame.round}; the partial answers and figures stay on screen, press Run to start "
                 "again. Ran")
-    return "Done"
-
-
-def failure(exc: Exception | None) -> str:
-    """What failed, for the user: the lane and step when a lane's step raised, and the error's kind."""
-    if isinstance(exc, LaneFailed):
-        return (f"{clean(exc.label)} failed at step {exc.step} "
-                f"({type(exc.error).__name__}: {clean(str(exc.error))[:200]})")
-    return f"{type(exc).__name__}: {clean(str(exc))[:200]}"
+    limited = [clean(lane.label) for lane in frame.lanes if lane.state == "limit"]
+    return "Done" + (f" ({', '.join(limited)} stopped at the pass limit)" if limited else "")
 
 
 def race_status(frame: Frame, where: str = "") -> str:
@@ -176,7 +93,8 @@ def race_status(frame: Frame, where: str = "") -> str:
     for lane in frame.lanes:
         if lane.trace is None:
             continue
-        state = {"decoding": "decoding", "done": "finished", "stopped": "stopped"}[lane.state]
+        state = {"decoding": "decoding", "done": "finished", "stopped": "stopped",
+                 "limit": "stopped at the pass limit"}[lane.state]
         lines.append(f"{clean(lane.label)}: step {lane.k + 1}, {state}")
     return f"Racing{' on ' + clean(where) if where else ''}: " + " · ".join(lines)
 
@@ -187,8 +105,8 @@ def run_ui(request: gr.Request, prompt, model, mode, gen_length, block_length, l
     ``request.CONTROLS`` order, then the word constraints every lane starts from ("0:The, 5:leader"; optional).
     Lanes are named as the page names them ("Lane 2: label")."""
     settings, constraints = values[:len(CONTROLS)], (values[len(CONTROLS):] or ("",))[0]
-    yield from _stream(request, lambda: page_request(prompt, model, mode, gen_length, block_length, lanes,
-                                                     capture_attention, settings, constraints), page=True)
+    yield from admitted(request, lambda: RunJob(page_request(prompt, model, mode, gen_length, block_length, lanes,
+                                                             capture_attention, settings, constraints)), True, "run")
 
 
 @friendly("Cannot run")
@@ -201,8 +119,8 @@ def run_api(request: gr.Request, prompt, model, mode, gen_length, block_length, 
         Client(url).predict(prompt, "dico-tiny", "non-ar", 96, 32, ["vanilla", {"method": "topk", "settings":
                             {"k": 4}}, "fast"], {"fast": {"threshold": 0.9}}, True, "0:The", api_name="/run")
     """
-    yield from _stream(request, lambda: api_request(prompt, model, mode, gen_length, block_length, methods,
-                                                    settings, capture_attention, constraints), page=False)
+    yield from admitted(request, lambda: RunJob(api_request(prompt, model, mode, gen_length, block_length, methods,
+                                                            settings, capture_attention, constraints)), False, "run")
 
 
 # ============================================================================ replays, step view, models

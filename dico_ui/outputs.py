@@ -14,6 +14,7 @@ from dico.trace import Trace
 from dico_ui import render
 from dico_ui.about import about_text
 from dico_ui.downloads import write_bundle
+from dico_ui.race import end_state
 from dico_ui.text import clean
 
 log = logging.getLogger("dico_ui")
@@ -87,7 +88,7 @@ def results(traces: list[Trace], status: str, outside: str = "") -> dict:
     main = next((t for t in traces if t.method == "dico"), traces[0])
     with_attention = next((t for t in traces if t.attention is not None), main)
     last = max(len(main.steps) - 1, 0)
-    lanes = [(t, t.nfe - 1, "stopped" if t.stopped else "done") for t in traces]
+    lanes = [(t, t.nfe - 1, end_state(t)) for t in traces]
     return dict(
         status=status, answers=render.lanes_html(lanes, banner=banner(outside)),
         trajectory=figure("trajectory", visuals.trajectory_figure, main),

@@ -1,7 +1,10 @@
 """The race: the chosen lanes (a method, its settings and a label; ``dico.lanes``) decode the same prompt at the
 same time, interleaved one step of each in turn (round-robin), so each round is one forward pass of every lane
-still running and the step counters stay comparable. Two lanes may share a method. Stop closes every method's
-step generator, leaving partial traces marked ``stopped``; a replay walks saved traces through the same frames.
+still running and the step counters stay comparable. Two lanes may share a method. A lane ends when the loop closes
+its trace: every position decoded ("done"), or the loop's pass limit reached ("limit": a rule that keeps taking
+tokens back); the others go on. Stop closes every method's step generator, leaving partial traces marked
+``stopped``. A fork races the same way (``interleave``), one lane beside the finished runs on screen; a replay walks
+saved traces through the same frames.
 
 Whoever drives the race stops it by closing it between frames (``settle`` then finishes the last frame): that
 works the same when the race runs in a worker process (ZeroGPU), where closing the stream there closes the
@@ -25,7 +28,13 @@ class LaneRun:
     label: str
     trace: Trace | None = None
     k: int = -1
-    state: str = "decoding"         # decoding | done | stopped
+    state: str = "decoding"         # decoding | done | limit (stopped at the pass limit) | stopped
+
+
+def end_state(trace: Trace) -> str:
+    """The state of a lane whose trace the loop closed: "stopped" (closed early), "limit" (it ended at the loop's
+    pass limit, ``Trace.limit_reached``) or "done"."""
+    return "stopped" if trace.stopped else "limit" if trace.limit_reached else "done"
 
 
 @dataclass
@@ -64,33 +73,50 @@ def race(predictor: MaskPredictor, req: RunRequest, should_stop: Callable[[], bo
         options = req.options(lane)
         options["capture_attention"] = options["capture_attention"] and i == attend and predictor.supports_attention
         runs[i] = decode(predictor, req.prompt, lane.method, **options)
+    yield from interleave(lanes, runs, should_stop)
+
+
+def interleave(lanes: list[LaneRun], runs: dict[int, Iterator], should_stop: Callable[[], bool] = lambda: False) \
+        -> Iterator[Frame]:
+    """One step of each lane that ``runs`` holds a step generator for (``dico.decode``'s, or a fork's
+    ``dico.forking.decode_fork``) in turn, a frame after every round, the last one ``finished``; the other lanes
+    are shown as they are. A lane ends when the loop closes its trace (every position decoded, or the pass limit).
+
+    A lane's error is raised as its ``LaneFailed``, but a ValueError before its first step as it is: the library
+    refusing the request (a fork's replay finds the trace is not this model's). Closing this generator closes every
+    run still decoding, which finishes its partial trace as stopped.
+    """
     rounds, stopped = 0, False
     try:
-        while any(lane.state == "decoding" for lane in lanes):
+        while runs:
             if should_stop():
                 stopped = True
                 break
             rounds += 1
-            for i, lane in enumerate(lanes):
-                if lane.state != "decoding":
-                    continue
+            for i in list(runs):
+                lane = lanes[i]
                 try:
                     lane.trace, step = next(runs[i])
-                except Exception as exc:
-                    raise LaneFailed(lane.label, lane.k + 2, exc) from exc
-                lane.k = step.index
-                if step.unmasked_fraction >= 1.0:        # the loop closed the trace with this step
-                    runs.pop(i).close()
+                except StopIteration:                    # it ended before a step (a fork with nothing left to do)
+                    runs.pop(i)
                     lane.state = "done"
+                    continue
+                except Exception as exc:
+                    if lane.trace is None and isinstance(exc, ValueError):
+                        raise
+                    raise LaneFailed(lane.label, lane.k + 2, exc) from exc
+                lane.label, lane.k = lane.trace.name, step.index
+                if step.unmasked_fraction >= 1.0 or lane.trace.limit_reached:   # the loop closed the trace
+                    runs.pop(i).close()
+                    lane.state = end_state(lane.trace)
                     own_time(lane.trace)
             yield Frame(lanes, rounds)
     finally:
-        for i, lane in enumerate(lanes):
-            if i in runs:
-                runs.pop(i).close()                      # finishes the partial trace, stopped=True
-                lane.state = "stopped"
-                if lane.trace is not None:
-                    own_time(lane.trace)
+        for i in list(runs):
+            runs.pop(i).close()                          # finishes the partial trace, stopped=True
+            lanes[i].state = "stopped"
+            if lanes[i].trace is not None:
+                own_time(lanes[i].trace)
     yield Frame(lanes, rounds, finished=True, stopped=stopped)
 
 
@@ -98,8 +124,17 @@ class LaneFailed(RuntimeError):
     """A lane's step raised (a model or rule error): which lane (its label), at which step, and what was raised."""
 
     def __init__(self, label: str, step: int, error: Exception):
-        super().__init__(f"{label} step {step}: {type(error).__name__}: {error}")
+        super().__init__(f"{label} step {step}: {brief(error)}")
         self.label, self.step, self.error = label, step, error
+
+
+def brief(error: Exception, chars: int = 200) -> str:
+    """An error in one line: its kind and the first line of what it says, cut at ``chars``; never a value it
+    carries rather than words (a generator's return value: a whole trace)."""
+    words = "" if error.args and not isinstance(error.args[0], (str, int, float)) else str(error).strip()
+    words = words.split("\n", 1)[0]
+    words = words if len(words) <= chars else words[:chars - 1] + "…"
+    return f"{type(error).__name__}: {words}" if words else type(error).__name__
 
 
 def settle(frame: Frame, predictor: MaskPredictor) -> Frame:
@@ -118,6 +153,6 @@ def replay(traces: list[Trace]) -> Iterator[Frame]:
     """Saved traces through the same frames as a live race: round r shows every run after its step r."""
     total = max((t.nfe for t in traces), default=0)
     for r in range(total):
-        lanes = [LaneRun(t.method, t.name, t, min(r, t.nfe - 1),
-                         "decoding" if r < t.nfe - 1 else ("stopped" if t.stopped else "done")) for t in traces]
+        lanes = [LaneRun(t.method, t.name, t, min(r, t.nfe - 1), "decoding" if r < t.nfe - 1 else end_state(t))
+                 for t in traces]
         yield Frame(lanes, r + 1, finished=r == total - 1)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from dico.settings import METHOD_LABELS
 from dico.trace import END_TEXTS, Trace
-from dico_ui.text import clean, example_item, isolated
+from dico_ui.text import clean, example_item, isolated, prose
 from visuals import METHOD_COLORS, reference, run_colors
 
 # Viridis stops, the colour scale of the trajectory figure: a token's colour reads the same in both.
@@ -145,6 +145,8 @@ def lane_html(trace: Trace, k: int, state: str, token_text=None, rank: int | Non
         flags += ["finished"] + ([_verdict(right)] if right is not None else [])
     elif state == "stopped":
         flags.append(f"stopped at step {steps}")
+    elif state == "limit":
+        flags.append(f"stopped at the pass limit (step {steps})")
     elif state == "decoding":
         flags.append('<span class="live">decoding…</span>')
     cls = "lane done" + (" wrong" if right is False else "") if state == "done" else "lane"
@@ -157,7 +159,6 @@ def lane_html(trace: Trace, k: int, state: str, token_text=None, rank: int | Non
 def lanes_html(lanes: list[tuple[Trace, int, str]], token_text=None, banner: str = "") -> str:
     """Every lane's card side by side, with the colour legend. Places go to complete answers not judged wrong: a
     wrong answer is marked wrong, never "3rd"."""
-    from dico_ui.text import prose
     if not lanes:
         return banner
     rights = verdicts(lanes)
@@ -211,7 +212,8 @@ def parallelism(trace: Trace) -> dict:
                 biggest=(biggest.index, len(trace.answer_commits(biggest)), len(trace.padding_commits(biggest)))
                 if biggest else (0, 0, 0),
                 padding_only=sum(1 for s in trace.steps if s.committed and not trace.answer_commits(s)),
-                phases=phases, wall_s=trace.wall_s, tokens_per_s=trace.tokens_per_s, stopped=trace.stopped)
+                phases=phases, wall_s=trace.wall_s, tokens_per_s=trace.tokens_per_s, stopped=trace.stopped,
+                limit=trace.limit_reached)
 
 
 TABLE_COLUMNS = ("lane", "steps (NFE)", "answer complete at step", "answer tokens", "padding tokens",
@@ -227,9 +229,10 @@ def table_rows(traces: list[Trace]) -> list[list]:
     def ratio(a, b):
         return round(a / b, 2) if a and b else None
 
-    return [[r["label"] + (" (stopped)" if r["stopped"] else ""), r["nfe"], r["answer_nfe"], r["answer"],
-             r["padding"], r["answer_per_step"], r["tokens_per_step"], ratio(base["nfe"], r["nfe"]),
-             ratio(base["answer_nfe"], r["answer_nfe"]), round(r["wall_s"], 3)] for r in rows]
+    return [[r["label"] + (" (stopped)" if r["stopped"] else " (pass limit)" if r["limit"] else ""), r["nfe"],
+             r["answer_nfe"], r["answer"], r["padding"], r["answer_per_step"], r["tokens_per_step"],
+             ratio(base["nfe"], r["nfe"]), ratio(base["answer_nfe"], r["answer_nfe"]), round(r["wall_s"], 3)]
+            for r in rows]
 
 
 def table_frame(traces: list[Trace]):
@@ -258,6 +261,11 @@ def step_html(trace: Trace | None, k: int) -> str:
     return step_head(trace, k) + (response_html(trace, k) if trace.steps else "")
 
 
+def ended(row: dict) -> str:
+    """How a run whose answer is not complete ended (a row of ``parallelism``)."""
+    return "stopped at the pass limit" if row["limit"] else "stopped"
+
+
 def summary(traces: list[Trace], outside: str = "") -> str:
     """One paragraph under the race: answer-complete steps first; speed praise only for prompts in the model's tasks."""
     if not traces:
@@ -265,7 +273,7 @@ def summary(traces: list[Trace], outside: str = "") -> str:
     rows = [parallelism(t) for t in traces]
     parts = ["**Answer complete at step**: " + "; ".join(
         f"{r['label']} {r['answer_nfe']} of {r['nfe']}" if r["answer_nfe"] is not None else
-        f"{r['label']} not complete (stopped at step {r['nfe']})" for r in rows) + "."]
+        f"{r['label']} not complete ({ended(r)} at step {r['nfe']})" for r in rows) + "."]
     tail = [f"{r['label']} its last {r['nfe'] - r['answer_nfe']}" for r in rows
             if r["answer_nfe"] is not None and r["answer_nfe"] < r["nfe"]]
     if tail:

@@ -1,8 +1,8 @@
 """The page's events, one line each, beside the layout that declares the components (``dico_ui.layout``).
 
-Handlers (``dico_ui.handlers``, ``dico_ui.lane_controls``) return their outputs by name; ``keyed`` hands gradio
-``{component: value}``, so no handler and no outputs list must agree on an order. ``c`` maps every name to its
-component (``layout.build_demo``).
+Handlers (``dico_ui.handlers``, ``dico_ui.forks``, ``dico_ui.lane_controls``) return their outputs by name;
+``keyed`` hands gradio ``{component: value}``, so no handler and no outputs list must agree on an order. ``c`` maps
+every name to its component (``layout.build_demo``).
 """
 from __future__ import annotations
 
@@ -35,17 +35,22 @@ def keyed(fn, c: dict):
     return call
 
 
+def decoding(c: dict) -> dict:
+    """How every event that decodes (a run, a fork) is queued. always_last: Run pressed while a stopped run is still
+    winding down starts once that one ends (the default, "once", would drop the click). concurrency_limit=None:
+    every run reaches its handler at once, which keeps the app's own line (dico_ui.runs.LINE: LIMITS.decoders decode,
+    LIMITS.queue admitted) and tells the rest it is busy; one concurrency_id for them all."""
+    return dict(show_progress="minimal", show_progress_on=[c["status"]], concurrency_limit=None,
+                concurrency_id="decode", trigger_mode="always_last")
+
+
 def wire(demo, c: dict) -> None:
     """Every event of the page. Inside ``demo``'s ``with`` block (gradio attaches events to the open Blocks)."""
     slots = c["slots"]
     c = {**c, **slots.named}
     results = [c[name] for name in RESULTS]          # a run fills these (the API's /run returns them in this order)
     quiet = dict(queue=False, show_api=False)
-    # always_last: Run pressed while a stopped run is still winding down starts once that one ends (the default,
-    # "once", would drop the click). concurrency_limit=None: every run reaches its handler at once, which keeps the
-    # app's own line (dico_ui.runs.LINE: LIMITS.decoders decode, LIMITS.queue admitted) and tells the rest it is busy.
-    live = dict(show_progress="minimal", show_progress_on=[c["status"]], concurrency_limit=None,
-                concurrency_id="decode", trigger_mode="always_last")
+    live = decoding(c)
     page_run = [c[n] for n in ("prompt", "model", "mode", "gen_length", "block_length", "lanes", "capture_attention")]
     # Each click is stamped before it queues, so Stop can end a run that is still waiting (see runs.stop); the
     # lane rows become the lanes, then the run reads them.
@@ -63,7 +68,7 @@ def wire(demo, c: dict) -> None:
               show_progress="hidden", concurrency_limit=4, trigger_mode="always_last")
     wire_lanes(slots, c)
     wire_step_view(c)
-    forks.wire(c, results, keyed)
+    wire_fork_panel(c, results)
     c["model"].input(keyed(h.choose_model, c), [c["model"]], [c["model"], c["model_note"]], show_api=False)
     c["mode"].change(keyed(h.show_block_length, c), [c["mode"]], [c["block_length"]], **quiet)
     demo.load(keyed(h.first_impression, c), None, results + [c["prompt"]], show_api=False)
@@ -94,3 +99,21 @@ def wire_step_view(c: dict) -> None:
     playing = [c["timer"], c["play"], c["playing"], c["step"]]
     c["play"].click(keyed(h.toggle_play, c), [c["playing"], c["step"], c["step_run"], c["traces"]], playing, **small)
     c["timer"].tick(keyed(h.tick, c), [c["step"], c["step_run"], c["traces"]], playing, concurrency_limit=4, **small)
+
+
+def wire_fork_panel(c: dict, results: list) -> None:
+    """The fork panel's events and ``/fork``: a fork decodes as a run does (``decoding``), and Stop ends it."""
+    live = decoding(c)
+    quiet = dict(queue=False, show_api=False)
+    here = [c["traces"], c["step_run"], c["step"], c["fork_position"]]
+    c["fork_show"].click(keyed(forks.show_candidates, c), [c["step_run"], c["step"], c["fork_position"], c["traces"]],
+                         [c["fork_token"], c["fork_note"], c["status"]], show_api=False, show_progress="minimal")
+    c["fork_force"].click(h.clicked, None, None, **quiet) \
+        .then(keyed(forks.force_ui, c), here + [c["fork_token"], c["fork_word"], c["fork_with"]], results,
+              show_api=False, **live)
+    c["fork_take_back"].click(h.clicked, None, None, **quiet) \
+        .then(keyed(forks.take_back_ui, c), here + [c["fork_with"]], results, show_api=False, **live)
+    c["step_run"].change(keyed(forks.lanes_menu, c), [c["traces"]], [c["fork_with"]], **quiet)
+    c["fork_example"].click(keyed(forks.open_example, c), None, results + [c["prompt"]], show_api=False,
+                            show_progress="minimal")
+    c["api_fork"].click(keyed(forks.fork_api, c), c["api_fork_in"], results, api_name="fork", **live)

@@ -17,7 +17,7 @@ gr = pytest.importorskip("gradio")
 
 from dico_ui import handlers as h  # noqa: E402
 from dico_ui import render  # noqa: E402
-from dico_ui.race import race, replay  # noqa: E402
+from dico_ui.race import LaneFailed, race, replay  # noqa: E402
 from dico_ui.request import CONTROLS, SHARED, parse_request, settings_from_controls, settings_from_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,6 +79,34 @@ def test_the_race_interleaves_one_step_of_each_method_per_round(predictor):
         for lane in frame.lanes:
             assert lane.k + 1 == (frame.round if lane.state == "decoding" else lane.trace.nfe)
     assert {lane.state for lane in frame.lanes} == {"done"}
+
+
+def test_a_lane_at_the_pass_limit_ends_there_and_the_race_is_done(app_module, predictor, monkeypatch):
+    """The loop ends a run at its pass limit (PASS_LIMIT x gen_length passes: a rule that would loop); in the race
+    that lane ends there, said as such, and the race is done, not failed: the other lanes decode as they would
+    alone. (With one limit for every lane, no lane of the race outlasts it.)"""
+    import dico.loop
+    monkeypatch.setattr(dico.loop, "PASS_LIMIT", 0.5)             # 8 passes at gen_length 16, where Vanilla needs 16
+    methods = ["vanilla", {"method": "topk", "settings": {"k": 4}}, "fast", "dico"]
+    *_, last = race(predictor, parse_request(LIST, methods, gen_length=16))
+    assert [lane.state for lane in last.lanes] == ["limit", "done", "done", "done"] and not last.stopped
+    vanilla, *others = last.traces
+    assert vanilla.nfe == last.round == 8 and vanilla.limit_reached and not vanilla.stopped
+    for trace in others:
+        alone = dico.generate(predictor, LIST, trace.method, gen_length=16, settings=trace.settings_given())
+        assert [(s.committed, s.tokens) for s in trace.steps] == [(s.committed, s.tokens) for s in alone.steps]
+    *_, result = run(prompt=LIST, gen_length=16, methods=methods)
+    assert result["status"].startswith("Done (Vanilla stopped at the pass limit) in "), result["status"]
+    assert "stopped at the pass limit (step 8)" in result["answers"]
+    assert list(result["table"].iloc[:, 0]) == ["Vanilla (pass limit)", "Top-4 per step", "Fast-dLLM", "DiCo"]
+    assert h.race_status(last).count("stopped at the pass limit") == 1
+
+
+def test_a_lanes_failure_is_one_short_line_without_the_values_it_carries(predictor):
+    trace = dico.generate(predictor, WORD, "topk", gen_length=8)
+    assert str(LaneFailed("Vanilla", 9, StopIteration(trace))) == "Vanilla step 9: StopIteration"
+    long = str(LaneFailed("DiCo", 3, RuntimeError("tensor([" + "0.1, " * 200 + "])\nsecond line")))
+    assert long.startswith("DiCo step 3: RuntimeError: tensor([0.1, ") and long.endswith("…") and len(long) < 240
 
 
 def test_live_frames_render_exactly_as_the_finished_trace_replays(predictor):

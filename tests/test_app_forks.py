@@ -7,14 +7,18 @@ from pathlib import Path
 import pytest
 
 import dico
-from dico.lanes import MAX_LANES
 from dico.forking import candidates
+from dico.lanes import MAX_LANES
 from dico.trace import Trace, bundle_json, read_traces
 
 gr = pytest.importorskip("gradio")
 
 from dico_ui import forks, runs  # noqa: E402
+from dico_ui.about import changed_positions, fork_story, parent_of  # noqa: E402
 from dico_ui.bounded import Line  # noqa: E402
+from dico_ui.examples import clash  # noqa: E402
+from dico_ui.forks import FORK_EXAMPLE  # noqa: E402
+from dico_ui.handlers import EXAMPLE_RUN  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "Pick one leader of Lily Howard, Don Gill and Sara Lake."
@@ -142,6 +146,63 @@ def test_stop_ends_a_fork_with_its_partial_trace(shown, monkeypatch):
                                        remask=[parent.steps[0].committed[0]]).nfe
 
 
+def test_a_model_fault_mid_fork_keeps_the_partial_fork_on_screen(shown, predictor, monkeypatch, caplog):
+    """A fork takes a run's path: a fault of the model ends it, names the lane and the step, and draws the partial
+    fork beside the runs on screen (as a run keeps its partial lanes); the line is left and the next fork is fine."""
+    parent = shown[0]
+    k, pos = 1, parent.steps[1].committed[0]                   # take back after step 1: the fork starts at step 2
+    forward, calls = predictor.forward, []
+
+    def faulty(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:                                   # 2 passes replay the parent, then the fork's third step
+            raise RuntimeError("injected fault")
+        return forward(*args, **kwargs)
+    monkeypatch.setattr(predictor, "forward", faulty)
+    last = drained(forks.fork_ui(Session("faulty-fork"), shown, 0, k, pos, "take back", None, ""))[-1]
+    fork = last["traces"][-1]
+    assert last["status"].startswith(f"**The fork failed**: {fork.name} failed at step 5 (RuntimeError: injected "
+                                     "fault). Its partial lane stays on screen"), last["status"]
+    assert last["traces"][:2] == shown and fork.fork["at"] == 2 and fork.stopped and len(fork.steps) == 4
+    assert "stopped at step 4" in last["answers"] and last["trajectory"] is not None and last["step"]["value"] == 2
+    assert "injected fault" in caplog.text and not runs.LINE.holds("faulty-fork")
+    monkeypatch.setattr(predictor, "forward", forward)
+    again = drained(forks.fork_ui(Session("faulty-fork"), shown, 0, k, pos, "take back", None, ""))[-1]
+    assert again["status"].startswith("Done")
+
+
+def test_a_fork_that_reaches_the_pass_limit_ends_there(shown, monkeypatch):
+    import dico.loop
+    monkeypatch.setattr(dico.loop, "PASS_LIMIT", 0.25)     # 4 passes at gen_length 16: Top-4's own, then no more
+    parent = shown[0]
+    last = drained(forks.fork_ui(Session(), shown, 0, 2, parent.steps[2].committed[0], "take back", None, ""))[-1]
+    fork = last["traces"][-1]
+    assert last["status"].startswith("Stopped at the pass limit: ") and fork.limit_reached and not fork.stopped
+    assert "stopped at the pass limit (step 4)" in last["answers"]
+
+
+def test_a_fork_whose_page_closed_while_it_waited_leaves_the_line_and_its_session(shown, monkeypatch):
+    forgotten = []
+    monkeypatch.setattr(runs, "forget_session", forgotten.append)
+    monkeypatch.setattr(runs, "LINE", Line(decoders=1, size=2))
+    assert runs.LINE.wait(runs.LINE.join("someone"), 0)                 # the only decoder is taken
+    stream = forks.fork_ui(Session("closing-fork"), shown, 0, 1, shown[0].steps[1].committed[0], "take back", None,
+                           "")
+    assert next(stream)["status"].startswith("Waiting for a free decoder: 1 run ahead")
+    with pytest.raises(StopIteration):
+        runs.closed(Session("closing-fork")).send(None)                # gradio's unload for this page
+    assert list(stream) == [] and not runs.LINE.holds("closing-fork") and forgotten.count("closing-fork") == 2
+
+
+def test_a_fork_that_continues_with_a_rule_that_cannot_run_so_is_refused_before_anything_runs(shown, monkeypatch):
+    monkeypatch.setattr(forks, "decode_fork_race", lambda req: pytest.fail("the fork decoded"))
+    lane = {"method": "wino", "settings": {"cache": "dual"}}
+    with pytest.raises(gr.Error) as error:
+        drained(forks.fork_api(Session("api"), bundle_json(shown), "", 1, {"force": {"3": "Lake"}}, lane))
+    assert error.value.message.startswith("lane (WINO (dual cache)): cache: WINO cannot run with it"), \
+        error.value.message
+
+
 def test_api_fork_takes_a_trace_file_a_step_and_edits(shown, predictor):
     bundle = bundle_json(shown)
     edits = {"force": {"3": "Lake"}, "remask": []}
@@ -174,31 +235,31 @@ def test_a_trace_of_another_prompt_or_model_is_refused(shown):
 
 @pytest.fixture(scope="module")
 def example():
-    return read_traces(forks.FORK_EXAMPLE.read_bytes())
+    return read_traces(FORK_EXAMPLE.read_bytes())
 
 
 def test_the_shipped_fork_takes_the_lessons_clash_and_answers_right(example):
     from dico.embedded.judge import judge
     *race, fork = example
-    lesson = read_traces(forks.EXAMPLE_RUN.read_bytes())
+    lesson = read_traces(EXAMPLE_RUN.read_bytes())
     assert [t.to_json() for t in race] == [t.to_json() for t in lesson]          # the first page's run, unchanged
-    parent = forks.parent_of(fork, example)
+    parent = parent_of(fork, example)
     assert parent.name == "Top-4 per step" and fork.prompt == LESSON
     at = fork.fork["at"]
-    assert at in (forks.clash(parent), forks.clash(parent) + 1)
+    assert at in (clash(parent), clash(parent) + 1)
     assert len(fork.fork["force"]) + len(fork.fork["remask"]) == 1               # one edit
     assert [(s.committed, s.tokens) for s in fork.steps[:at]] == [(s.committed, s.tokens) for s in parent.steps[:at]]
     assert judge(LESSON, fork.text) is True and judge(LESSON, parent.text) is False
-    story = forks.fork_story(example)
+    story = fork_story(example)
     assert f"“{parent.text.strip()}” (wrong) to “{fork.text.strip()}” (right)" in story
-    for pos in forks.changed_positions(parent, fork):
+    for pos in changed_positions(parent, fork):
         assert f"{pos} (‘" in story
 
 
 @pytest.mark.slow
 def test_the_shipped_fork_is_what_the_library_decodes(example, predictor):
     *_, fork = example
-    parent = forks.parent_of(fork, example)
+    parent = parent_of(fork, example)
     again = dico.fork(predictor, parent, at=fork.fork["at"], force={int(p): t for p, t in fork.fork["force"].items()},
                       remask=fork.fork["remask"])
     assert again.text == fork.text and [s.committed for s in again.steps] == [s.committed for s in fork.steps]
@@ -208,10 +269,10 @@ def test_the_fork_story_says_when_nothing_changed(shown, predictor):
     parent = shown[0]
     pos = parent.steps[-1].committed[0]
     same = dico.fork(predictor, parent, at=len(parent.steps), remask=[pos])
-    story = forks.fork_story([parent, same])
+    story = fork_story([parent, same])
     assert "took back" in story and f"at position {pos}" in story
     assert ("every position ends as in its parent" in story) == (same.text == parent.text)
-    assert "(its parent is not on screen)" in forks.fork_story([same])
+    assert "(its parent is not on screen)" in fork_story([same])
 
 
 # ---------------------------------------------------------------------------- word constraints, the page, the API
@@ -311,7 +372,7 @@ def test_a_fork_lane_is_forked_again_at_its_own_step_with_both_edits(example, pr
     """A fork's own edit comes back when it is replayed (its candidates at its step see the forced token); a fork
     of it at that step is its parent's fork with both edits, at a later step it is refused, naming the step."""
     *_, fork = example
-    parent, at = forks.parent_of(fork, example), fork.fork["at"]
+    parent, at = parent_of(fork, example), fork.fork["at"]
     assert candidates(predictor, fork, at, 7, k=3) != candidates(predictor, parent, at, 7, k=3)
     both = drained(forks.fork_ui(Session(), example, len(example) - 1, at, 8, "force", 459, ""))[-1]["traces"][-1]
     assert both.fork["parent"] == parent.name and both.fork["force"] == {**fork.fork["force"], "8": 459}
@@ -339,8 +400,8 @@ def test_tokens_written_by_hand_show_in_the_race_and_the_step_view(example, show
 def test_the_about_text_says_what_the_edit_changed(example):
     from dico_ui.about import about_text
     about = about_text(example)
-    assert forks.fork_story(example) in about and "the answer changed from" in about
-    assert "fork" not in forks.fork_story(example[:-1]) and forks.fork_story(example[:-1]) == ""
+    assert fork_story(example) in about and "the answer changed from" in about
+    assert "fork" not in fork_story(example[:-1]) and fork_story(example[:-1]) == ""
 
 
 def test_the_step_view_figure_shows_a_forced_token_from_its_step(example):
