@@ -34,6 +34,7 @@ from dico.settings import (
 )
 from dico_ui.limits import LIMITS
 from dico_ui.models import get_predictor
+from dico_ui.numbers import whole
 from dico_ui.render import label
 
 MAX_GEN_LENGTH = LIMITS.max_gen_length      # the page's limit: a public CPU Space should answer in seconds
@@ -79,15 +80,6 @@ def page_lane(i: int, name: str = "") -> str:
 def api_lane(i: int, name: str = "") -> str:
     """How ``/run`` names lane ``i``: "methods[5]", "methods[5].label"."""
     return f"methods[{i}]" + (f".{name}" if name else "")
-
-
-def whole(value, name: str):
-    """A number typed into the page (a float) as the whole number the library expects; a clear message if not."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise ValueError(f"{name}: must be a whole number, got {value!r}")
 
 
 def parse_request(prompt, methods=DEFAULT_METHODS, settings: dict[str, dict] | None = None, *, model=EMBEDDED_NAME,
