@@ -224,7 +224,7 @@ def stage_of(trace: Trace, at: int) -> str:
 
 
 # Observation III: moderate, stable confidence forms clusters that soon become sure. The band is DiCo's own pair of
-# thresholds: a seed needs confidence tau1 (0.3), a cluster above tau2 (0.6) ends Divide.
+# thresholds: a seed needs confidence 0.3, a cluster above 0.6 ends Divide (its defaults, docs/settings.md).
 MODERATE = (0.3, 0.6)
 
 

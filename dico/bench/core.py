@@ -44,14 +44,15 @@ def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
 AUP_ALPHA, AUP_DROP = 3.0, 5.0
 
 
-def aup(points: list[tuple[float, float]], y_max: float, alpha: float = AUP_ALPHA, drop: float = AUP_DROP) -> float:
+def aup(points: list[tuple[float, float]], y_max: float, penalty: float = AUP_ALPHA, drop: float = AUP_DROP) -> float:
     """d3LLM's accuracy under parallelism of (parallelism, accuracy %) points: sorted by parallelism rho (tokens a
     forward pass), the points whose accuracy is at least y_1 - ``drop`` (y_1: the accuracy of the least parallel
     point) kept, then AUP = rho_1 y_1 + sum_i (rho_i - rho_(i-1)) (y_i W(y_i) + y_(i-1) W(y_(i-1))) / 2 with
-    W(y) = min(exp(-alpha (1 - y / y_max)), 1), ``y_max`` the best accuracy of every method compared. Its code
-    refuses a curve that falls more than ``drop`` points; here such a point is left out (as its filter would)."""
+    W(y) = min(exp(-``penalty`` (1 - y / y_max)), 1) (d3LLM's default penalty, 3), ``y_max`` the best accuracy of
+    every method compared. Its code refuses a curve that falls more than ``drop`` points; here such a point is left
+    out (as its filter would)."""
     def weight(y):
-        return min(math.exp(-alpha * (1 - y / y_max)), 1.0) if y_max > 0 else 0.0
+        return min(math.exp(-penalty * (1 - y / y_max)), 1.0) if y_max > 0 else 0.0
     ordered = sorted(points)
     kept = [(rho, y) for rho, y in ordered if y >= ordered[0][1] - drop]
     total = kept[0][0] * kept[0][1]

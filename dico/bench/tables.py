@@ -296,9 +296,10 @@ def observe_markdown(rows: list[dict], title: str) -> str:
             lines.append(f"| {r['family']} | {r['mode']} | {key} | {_ci(found['within'])} | {_ci(found['even'])} | "
                          f"{_ci(found['mean_distance'], '.1f')} | {_ci(found['total'], '.1f')} |")
     lines += ["", "Observation III and the floor: runs of two or more adjacent masked answer positions with "
-              "confidence in [0.3, 0.6) (DiCo's tau1, tau2), how many a step, how long, the share of their positions "
-              "Vanilla commits within 3 steps, positions left masked 10 or more steps after they were moderate; the "
-              "floor's steps (each step's clash within 0.1 nats) and right answers beside Vanilla's", "",
+              "confidence in [0.3, 0.6) (DiCo's seed and cluster thresholds), how many a step, how long, the share "
+              "of their positions Vanilla commits within 3 steps, positions left masked 10 or more steps after they "
+              "were moderate; the floor's steps (each step's clash within 0.1 nats) and right answers beside "
+              "Vanilla's", "",
               "| family | mode | n | runs a step | run length | committed within 3 steps | overlooked an item | "
               "Vanilla right (NFE) | floor right (NFE) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in observed:
