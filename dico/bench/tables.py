@@ -288,7 +288,8 @@ def observe_markdown(rows: list[dict], title: str) -> str:
     observed = [r for r in rows if r["kind"] == "observe"]
     lines = [f"**{title}**", "", f"Observation II: of the dependency (or attention) among masked answer positions, "
              f"the share within {WITHIN} positions against an even spread's share, the mean distance and the total "
-             "(nats a write, summed over the positions it moves; for attention the share going to the response)", "",
+             "(nats, summed over every write and every position it moves; for attention the share going to the "
+             "response)", "",
              "| family | mode | lens and stage | share within | even share | mean distance | total |",
              "|---|---|---|---|---|---|---|"]
     for r in observed:
