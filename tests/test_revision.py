@@ -16,7 +16,7 @@ import torch
 import dico
 from dico import Trace, generate, generate_batch
 from dico.loop import Decoding
-from dico.rules import Choice
+from dico.rules import Choice, Rule
 from dico.settings import PASS_LIMIT
 from standins import RULE_PROMPT, scripted
 
@@ -25,13 +25,9 @@ PICK = "Pick one leader of Lily Howard, Don Gill and Sara Lake."
 TEAM = "We have bikes, drums and bats. Pick two of them."
 
 
-class TakesOneBackEveryStep:
+class TakesOneBackEveryStep(Rule):
     """A rule that never finishes: commit the first masked position, take back the first decoded one."""
     settings = dico.settings.VanillaSettings()
-    rank = None
-
-    def start(self, window):
-        pass
 
     def choose(self, s):
         first = int(torch.nonzero(s.masked).flatten()[0])
