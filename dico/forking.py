@@ -21,7 +21,6 @@ import torch
 from dico.constraints import encode_fixed, response_position
 from dico.lanes import MAX_LABEL_CHARS, default_label
 from dico.loop import Decoding, drive
-from dico.settings import SETTINGS
 from dico.trace import Step, Trace
 
 
@@ -56,7 +55,7 @@ def replay(predictor, parent: Trace, at: int):
     _check_parent(predictor, parent, at)
     constraints = {int(p): t for p, t in (parent.constraints or {}).items()}
     run = Decoding(predictor, parent.prompt, parent.method, mode=parent.mode, gen_length=parent.gen_length,
-                   block_length=parent.block_length, settings=_recorded_settings(parent), constraints=constraints,
+                   block_length=parent.block_length, settings=parent.recorded_settings(), constraints=constraints,
                    label=parent.name)
     own = parent.fork["at"] if parent.fork is not None else None      # a fork's own edits come back where it made them
     for k in range(at + 1):
@@ -91,12 +90,6 @@ def _check_parent(predictor, parent: Trace, at: int) -> None:
     if parent.fork is not None and at < parent.fork["at"]:
         raise ValueError(f"at: this trace is itself a fork at step {parent.fork['at']}; fork it at that step or later "
                          "(or fork its parent)")
-
-
-def _recorded_settings(parent: Trace) -> dict:
-    """The settings the parent ran with, as its trace records them (DiCo's N in effect is recorded, not set)."""
-    known = set(SETTINGS[parent.method].names())
-    return {k: v for k, v in parent.settings.items() if k in known}
 
 
 def apply_edits(run, force: dict, remask: list) -> dict:

@@ -36,8 +36,7 @@ class Measured(list):
 def _sampler(trace: Trace) -> Sampler:
     """The trace's own guidance (``cfg_scale``); everything else about sampling is left out of a measurement."""
     cls = SETTINGS[trace.method]
-    known = set(cls.names())
-    return Sampler(cls.from_dict({k: v for k, v in trace.settings.items() if k in known}))
+    return Sampler(cls.from_dict(trace.recorded_settings()))
 
 
 class Replayed:

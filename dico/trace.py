@@ -63,6 +63,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from dico.lanes import default_label, distinct_settings
+from dico.settings import SETTINGS
 
 SCHEMA = "dico-trace/3"
 READABLE_SCHEMAS = ("dico-trace/1", "dico-trace/2", SCHEMA)
@@ -159,6 +160,12 @@ class Trace:
     def name(self) -> str:
         """How figures and tables name this run: its lane's label (a trace built without one: the method's)."""
         return self.label or default_label(self.method, self.settings_given())
+
+    def recorded_settings(self) -> dict:
+        """The settings the run recorded that its method knows today, as a dict its settings class takes (what a
+        fork, a replay or a measurement decodes with; DiCo's N in effect is recorded, not set)."""
+        known = set(SETTINGS[self.method].names())
+        return {k: v for k, v in self.settings.items() if k in known}
 
     def settings_given(self) -> dict:
         """The recorded settings that differ from the method's defaults (what tells this run apart)."""

@@ -26,7 +26,6 @@ from dico.constraints import encode_fixed
 from dico.forking import candidates, decode_fork
 from dico.lanes import MAX_LANES, parse_lane
 from dico.methods import admit
-from dico.settings import SETTINGS
 from dico.trace import MAX_JSON_BYTES, Trace, read_traces
 from dico_ui import render
 from dico_ui.about import fork_story, parent_of
@@ -81,8 +80,7 @@ def continue_with(lane, parent: Trace) -> tuple[str | None, object]:
     if lane in (None, "", {}):
         return None, None
     if isinstance(lane, Trace):
-        known = SETTINGS[lane.method].__dataclass_fields__
-        lane = {"method": lane.method, "settings": {k: v for k, v in lane.settings.items() if k in known}}
+        lane = {"method": lane.method, "settings": lane.recorded_settings()}
     if isinstance(lane, str) and lane.strip().startswith("{"):
         try:
             lane = json.loads(lane)
