@@ -104,13 +104,18 @@ def test_training_can_mask_one_chosen_item_whole_with_the_others_visible(family)
 def test_a_model_not_trained_on_a_family_has_its_prompts_called_outside():
     """A model whose run did not mix pick and team in (no --mix: the step-51,075 model) learned word problems and
     lists: the app's banner calls a pick prompt outside its training instead of showing its guesses as answers.
-    The shipped model's run mixed all four in."""
+    The shipped model's run mixed the first four in; the chain family (issue 53) is a later stage's, so the shipped
+    model calls a chain prompt outside its training."""
     from dico.models import train_log
 
     prompt = tasks.make_split("pick")[0].prompt
     older = scope.trained_families({"args": {}})
     assert older == ("word", "list")
     assert scope.outside(prompt, older) == ["pick tasks are not in its training (it learned word, list)"]
-    assert set(scope.trained_families(train_log(None))) == set(tasks.FAMILIES)
+    shipped = scope.trained_families(train_log(None))
+    assert set(shipped) >= {"word", "list", "pick", "team"}
+    if "chain" not in shipped:
+        chain = tasks.make_split("chain")[0].prompt
+        assert any("word problems were trained with 1 to 3" in reason for reason in scope.outside(chain, shipped))
     mixed = scope.trained_families({"args": {"mix": [["word", 2], ["list", 1], ["pick", 3], ["team", 3]]}})
     assert scope.outside(prompt, mixed) == [] and scope.outside(prompt) == []

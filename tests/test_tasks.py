@@ -159,7 +159,8 @@ def test_every_trained_and_held_out_prompt_lies_inside_the_trained_tasks():
     ("Tom has 500 apples. He buys 3 more. How many apples does Tom have now?", "numbers above 200"),
     ("Tom has 90 apples. He buys 3 more. How many apples does Tom have now?", "start from 2 to 60"),
     ("Tom has 9 apples. He shares them with 3 friends. How many apples does each friend get?", "only adding"),
-    ("Tom has 5 apples. He buys 1. He buys 2. He buys 3. He buys 4. How many apples does Tom have?", "4 changes"),
+    ("Tom has 5 apples. He buys 1. He buys 2. He buys 3. He buys 4. He buys 5. He buys 6. He buys 7. He buys 8. He "
+     "buys 9. How many apples does Tom have?", "9 changes"),
     ("Here is a list: 4, 9. Add 2 to each number.", "a list of 2"),
     ("Here is a list: 4, 9, 170. Add 2 to each number.", "trained up to 100"),
     ("Here is a list: 4, 9, 7. Add 25 to each number.", "1 to 20"),
@@ -185,3 +186,56 @@ def test_training_also_gives_things_away_with_then_which_the_add_wording_starts_
     for item in away:
         given = int(re.search(r"Then (?:he|she) gives (\d+)", item.prompt).group(1))
         assert f"- {given} =" in item.answer
+
+
+# ----------------------------------------------------------------------------- the chain family (issue 53)
+
+@pytest.fixture(scope="module")
+def shipped_tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tasks.WORDLISTS.parents[0] / "dico-tiny")
+
+
+def _tokens(tokenizer, text, special=False):
+    return len(tokenizer(text, add_special_tokens=special)["input_ids"])
+
+
+def test_chain_answers_are_as_long_as_gsm8k_answers_under_gen_256_and_prompts_fit_the_rest(shipped_tokenizer):
+    """Median at least 120 answer tokens, every answer leaving end-of-text room in gen 256, every prompt (with its
+    [CLS] and [SEP]) within the 128 positions the model has left beside a response of 256."""
+    stream = tasks.train_stream(seed=5, families=("chain",), mix=(("chain", 1),))
+    trained = [item for item in (next(stream) for _ in range(1500)) if item.family == "chain"]
+    for items in (tasks.make_split("chain"), trained):
+        answers = sorted(_tokens(shipped_tokenizer, item.answer) for item in items)
+        assert answers[len(answers) // 2] >= 120
+        assert answers[-1] <= 250
+        assert max(_tokens(shipped_tokenizer, item.prompt, special=True) for item in items) <= 128
+
+
+def test_a_chain_answer_takes_one_numbered_step_per_change_and_keeps_every_count_one_token():
+    for item in tasks.make_split("chain"):
+        steps = re.findall(r"Step (\d+): [^,]+, so (\d+) ([-+*/]) (\d+) = (\d+)\.", item.answer)
+        assert tasks.CHAIN_CHANGES[0] <= len(steps) <= tasks.CHAIN_CHANGES[1]
+        assert [int(s[0]) for s in steps] == list(range(1, len(steps) + 1))
+        for _, a, op, b, c in steps:
+            a, b, c = int(a), int(b), int(c)
+            assert c == {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op] and (op != "/" or a % 2 == 0)
+        assert steps[-1][-1] == item.target and tasks.check(item, item.answer)
+        assert max(int(n) for n in re.findall(r"\d+", item.prompt + item.answer)) <= tasks.MAX_NUMBER
+
+
+def test_a_chain_answers_length_follows_from_its_prompt(shipped_tokenizer):
+    """Every form a part of the worked answer may take has one token count: Vanilla non-AR decides an answer's
+    length before its words, and a coin-flip of wording would make that length a guess."""
+    words = {"he": "she", "He": "She", "obj": "snow globes", "Name": "Robyn", "v": 127, "b": 7}
+    for forms in (tasks._CHAIN_START, tasks._CHAIN_NOW, tasks._CHAIN_CLOSE, *tasks._CHAIN_WHY.values()):
+        assert len({_tokens(shipped_tokenizer, form.format(**words)) for form in forms}) == 1, forms
+
+
+def test_half_the_held_out_chain_problems_use_held_out_words():
+    split = tasks.make_split("chain")
+    assert sum(item.held_out for item in split) == len(split) // 2
+    for item in split:
+        name, obj = item.entities
+        assert (name in tasks.HELD_OUT_NAMES) == item.held_out and (obj in tasks.HELD_OUT_OBJECTS) == item.held_out

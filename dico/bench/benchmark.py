@@ -80,6 +80,7 @@ def table_plan(args, title: str, configs, families, modes, default_lengths, keep
     lengths = options.lengths(args.lengths) if args.lengths else default_lengths
     n_items = options.item_count(args)
     options.at_least_one(batch_size=args.batch_size, jobs=args.jobs)
+    options.fitting(families, lengths)
     return TablePlan(title, configs, families, modes, n_items, lengths, args.batch_size, args.jobs, args.parts, keep)
 
 

@@ -68,7 +68,17 @@ def add_batching(parser, jobs: str = "processes decoding parts side by side, one
     parser.add_argument("--jobs", type=int, default=1, help=f"{jobs} (default 1; 2 on a 2-core CPU)")
 
 
-def add_scope(parser, families_default: str = ",".join(tasks.FAMILIES)) -> None:
+def fitting(families, lengths) -> None:
+    """Refuse a family at a gen length its answers do not fit (tasks.LONG_FAMILIES), before anything decodes."""
+    for family in families:
+        need = tasks.LONG_FAMILIES.get(family, 0)
+        short = [gen for gen, _ in lengths if gen < need]
+        if short:
+            raise ValueError(f"lengths: {family} answers need gen >= {need}, got {short[0]}; run {family} on its "
+                             f"own with e.g. --families {family} --lengths {need}/32")
+
+
+def add_scope(parser, families_default: str = ",".join(tasks.SHORT_FAMILIES)) -> None:
     parser.add_argument("--families", default=families_default, help="comma-separated task families "
                         f"(default {families_default})")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes (default both)")

@@ -23,7 +23,7 @@ def throughput(predictor, n_items: int, batches=THROUGHPUT_BATCHES, gen_length: 
     there: each row counts the texts that differ from the first batch size's."""
     from tqdm import tqdm
 
-    prompts = [item.prompt for family in tasks.FAMILIES for item in tasks.make_split(family, "test", n_items)]
+    prompts = [item.prompt for family in tasks.SHORT_FAMILIES for item in tasks.make_split(family, "test", n_items)]
     rows = []
     bar = tqdm(total=len(METHOD_ROWS) * len(batches), desc="throughput", unit="run", disable=not progress)
     for label, method, settings in METHOD_ROWS:
@@ -51,7 +51,7 @@ def _by_batch(predictor, prompts, label: str, method: str, settings: dict, batch
         if changed and predictor.dtype == torch.float32 and predictor.device.type == "cpu":
             raise RuntimeError(f"{label}: batch size {batch_size} decoded other texts than batch size {batches[0]}")
         rows.append({"method": method, "label": label, "mode": "non-ar", "gen_length": gen_length,
-                     "batch_size": batch_size, "n": len(prompts), "families": list(tasks.FAMILIES),
+                     "batch_size": batch_size, "n": len(prompts), "families": list(tasks.SHORT_FAMILIES),
                      "tokens_per_s": round(tps, 1), "speedup_batch": round(tps / base, 2),
                      "texts_changed": changed})
         bar.update(1)
@@ -75,7 +75,7 @@ def plan(args) -> Plan:
 
 def measure(plan: Plan, session: Session) -> Report:
     where, about = session.where(plan.jobs), session.about()
-    print(f"throughput: model {about['model']}, {len(tasks.FAMILIES) * plan.n_items} prompts, batch sizes "
+    print(f"throughput: model {about['model']}, {len(tasks.SHORT_FAMILIES) * plan.n_items} prompts, batch sizes "
           f"{', '.join(map(str, THROUGHPUT_BATCHES))}, on {where}", flush=True)
     rows = throughput(session.predictor, plan.n_items, gen_length=plan.lengths[0][0], progress=session.progress)
     return Report(throughput_markdown(rows), {

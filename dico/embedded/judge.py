@@ -66,8 +66,9 @@ def _list_result(prompt: str) -> list[int] | None:
 
 # ----------------------------------------------------------------------------- word problems
 # A word problem is read as a story about one person's count of one kind of thing: where the count starts ("Lena
-# has 12 pencils"), what each clause does to it (one of the family's operations: a gain, a loss or a doubling, in
-# the words people use for them) and what the question asks (that count, at the end). A clause with a number must
+# has 12 pencils"), what each clause does to it (one of the families' operations: a gain, a loss, a doubling or, in
+# the long ones of the chain family, a halving, in the words people use for them) and what the question asks (that
+# count, at the end). A clause with a number must
 # be accounted for word by word by the small grammar below; one it cannot account for, or could read two ways
 # (another person's count, an unknown verb, a pronoun that may mean someone else, a question about something
 # else), leaves the problem unread: the app says it cannot judge rather than guess.
@@ -101,6 +102,8 @@ _VERBS = _lexicon(
              "lends/lent/lend|returns/returned/return"),                     # fewer or more by who gives: _give
     ("take", "takes/took/take/taken|steals/stole/steal/stolen"),             # more or fewer by who takes: _take
     ("double", "doubles/doubled/double|is doubled/was doubled/are doubled|/were doubled/"),
+    ("halve", "halves/halved/halve|is halved/was halved/are halved|/were halved/"),
+    ("share", "shares/shared/share|splits/split|divides/divided/divide"),    # "shares them equally with a friend"
     ("have", "has/had/have|owns/owned/own|keeps/kept/keep|counts/counted/count|holds/held/hold|"
              "contains/contained/contain|has got/had got/have got|starts with/started with/start with|"
              "begins with/began with/begin with|starts the day with/started the day with/start the day with|"
@@ -108,7 +111,7 @@ _VERBS = _lexicon(
     ("there", "there is/there was/there are|/there were/"),
     ("be", "is/was/are|/were/"),
 )
-_CHANGES = {"gain", "buy", "loss", "throw", "give", "take", "double"}
+_CHANGES = {"gain", "buy", "loss", "throw", "give", "take", "double", "halve", "share"}
 _NUMBER_WORDS = {word: n for n, word in enumerate(["one", "two", "three", "four", "five", "six", "seven", "eight",
                                                    "nine", "ten", "eleven", "twelve", "thirteen", "fourteen",
                                                    "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
@@ -145,6 +148,13 @@ _NO_PERSON = {"he", "she", "they", "it", "we", "you", "i", "and", "but", "or", "
 # is it taken for them, so things named by a verb ("Abbey has 5 gives") are not mistaken for one.
 _BEFORE_NOUN = {"more", "many", "of", "the", "his", "her", "their", "<P>'s", "likes", "collects", "doubles", "other",
                 "those", "these", "all", "some", "any", "another"} | _ADJECTIVES
+# One person shared with, by a word after "a", "the", "his" or "her" ("a friend", "her little sister"); a name of the
+# name lists is one too. "Her friends", "everyone": how many? Not read.
+_ONE_PERSON = set(_KIN) | {"friend", "neighbour", "neighbor", "teacher", "classmate", "stranger", "coach", "cousin",
+                           "grandma", "grandpa", "granny", "grandmother", "grandfather", "partner", "pal", "buddy",
+                           "twin", "teammate", "roommate", "child", "kid", "nephew", "niece", "husband", "wife"}
+_PERSON_WORDS = {"best", "little", "big", "older", "younger", "baby", "twin", "new", "old", "good", "only"}
+_EQUALLY = ("equally", "evenly")
 _TOKEN = re.compile(r"\d+|[A-Za-z]+(?:'[A-Za-z]+)?|[^\sA-Za-z\d]")
 _ENDS = {".", "!", "?", ";"}
 
@@ -262,7 +272,12 @@ class _Story:
 
     def amount(self, words: list, more: bool = True) -> tuple[int, int] | None:
         """The number a clause moves and how many of its words name the things: "3", "3 more", "another 3 shells",
-        "3 of them", "3 of her shells"; None when it is not one number of the counted things ("3 pens", "some")."""
+        "3 of them", "3 of her shells", or "half" ("half", "half of them", "half her shells"); None when it is not
+        one number of the counted things ("3 pens", "some", "half an apple")."""
+        if more and words[:1] == ["half"]:
+            of = int(words[1:2] == ["of"])
+            end = next((k for k in range(2 + of, len(words) + 1) if self.things(words[1 + of:k])), None)
+            return ("half", end) if end else None if of else ("half", 1)
         i = int(words[:1] == ["another"])
         if len(words) <= i or not isinstance(words[i], int):
             return None
@@ -325,8 +340,10 @@ class _Story:
         elif not started or subject is None or kind not in _CHANGES:
             op = None
         else:
-            op = {"give": self.give, "buy": self.buy, "take": self.take, "double": self.double}.get(kind, self.change)(
-                kind, subject, after)
+            op = {"give": self.give, "buy": self.buy, "take": self.take, "double": self.double, "halve": self.double,
+                  "share": self.share}.get(kind, self.change)(kind, subject, after)
+        if op and op[1] == "half":          # "loses half of them", "gives half to Omar": the count halves
+            op = ("halve", 0) if op[0] == "sub" else None       # "gets half of them": half of what? Not read
         self.subject, self.others = subject, self.others or self.met
         return op
 
@@ -383,7 +400,7 @@ class _Story:
     def give(self, kind: str, subject: str, after: list) -> tuple[str, int] | None:
         """"She gives 4 (of them) to Omar", "She gives Omar 4", "She gives 4 away": fewer. "Omar gives her 3 more",
         "Grandma gives 3 shells to Lena": more. Anyone else giving to anyone else: not read."""
-        k = next((k for k, w in enumerate(after) if isinstance(w, int) or w == "another"), None)
+        k = next((k for k, w in enumerate(after) if isinstance(w, int) or w in ("another", "half")), None)
         got = self.amount(after[k:]) if k is not None else None
         phrases = self.phrases(after[k + got[1]:]) if got else None
         whom, to = after[:k], [words for head, words in phrases or [] if head == "to"]
@@ -432,7 +449,8 @@ class _Story:
         return None
 
     def double(self, kind: str, subject: str, after: list) -> tuple[str, int] | None:
-        """"She doubles her shells", "The number of shells doubles", "Her shells are doubled"."""
+        """"She doubles her shells", "The number of shells doubles", "Her shells are doubled"; "She halves her
+        shells" alike (``kind`` "halve")."""
         if any(isinstance(w, int) for w in after):
             return None
         if subject == "person":
@@ -441,7 +459,37 @@ class _Story:
         elif subject != "things":
             return None
         phrases = self.phrases(after)
-        return ("double", 0) if phrases is not None and _heads(phrases) <= _WHEN else None
+        return (kind, 0) if phrases is not None and _heads(phrases) <= _WHEN else None
+
+    def share(self, kind: str, subject: str, after: list) -> tuple[str, int] | None:
+        """"She shares them equally with a friend", "He splits his shells evenly with Omar", "She shares half of
+        them with her sister": the person keeps half. Shared with several ("with her friends", "among 3 friends"),
+        without "equally" (how many?) or by someone else: not read."""
+        half = self.amount(after) if after[:1] == ["half"] else None
+        k = half[1] if half else next((k for k in range(len(after), 0, -1) if self.things(after[:k])), None)
+        if subject != "person" or k is None:
+            return None
+        rest, equal = after[k:], 0
+        if rest[:1] and rest[0] in _EQUALLY:
+            rest, equal = rest[1:], 1
+        if rest[:1] != ["with"]:
+            return None
+        end = next((i for i, w in enumerate(rest) if i and (w in _WHEN or w in _EQUALLY)), len(rest))
+        whom, rest = rest[1:end], rest[end:]
+        if rest[:1] and rest[0] in _EQUALLY:
+            rest, equal = rest[1:], equal + 1
+        phrases = self.phrases(rest)
+        if equal + bool(half) != 1 or not self.one_person(whom) or phrases is None or not _heads(phrases) <= _WHEN:
+            return None
+        self.met = True
+        return "halve", 0
+
+    def one_person(self, words: list) -> bool:
+        """Whether words name one other person: "a friend", "her little sister", "grandma", "Omar"."""
+        if len(words) == 1:
+            return words[0] in _ONE_PERSON or words[0] not in _COMMON and _gender(words[0]) != "?"
+        return len(words) >= 2 and words[0] in ("a", "an", "the", "his", "her", "their") and \
+            all(w in _ADJECTIVES | _PERSON_WORDS for w in words[1:-1]) and words[-1] in _ONE_PERSON
 
     def asks(self, question: list) -> bool:
         """Whether the question asks for the person's count of the things at the end: "How many shells does Nora
@@ -562,8 +610,10 @@ def _mask(sentences: list, name: str) -> list[list] | None:
     return [[int(w) if w.isdigit() else _NUMBER_WORDS.get(w, w) for w in sentence] for sentence in words]
 
 
+# An odd count halved ("She gives half of her 9 shells away") has no whole answer: not read (None).
 _APPLY = {"start": lambda value, n: n, "add": lambda value, n: value + n, "sub": lambda value, n: value - n,
-          "double": lambda value, n: value * 2, "idle": lambda value, n: value}
+          "double": lambda value, n: value * 2, "halve": lambda value, n: value // 2 if value % 2 == 0 else None,
+          "idle": lambda value, n: value}
 
 
 def _word_result(prompt: str) -> int | None:
@@ -588,8 +638,8 @@ def _word_result(prompt: str) -> int | None:
             if op is None:
                 return None
             value = _APPLY[op[0]](value, op[1])
-            if value is not None and value < 0:
-                return None                                     # below zero: never trained, and no one's count
+            if value is None and op[0] != "idle" or value is not None and value < 0:
+                return None                     # an odd half, or below zero: never trained, and no one's count
     return value if value is not None and story.asks(words[-1][:-1]) else None
 
 
@@ -599,7 +649,8 @@ def item_for(prompt: str) -> Item | None:
     shape = task_shape(prompt or "")
     if shape in ("pick", "team"):
         return _choice(shape, prompt)
-    result = _list_result(prompt) if shape == "list" else _word_result(prompt) if shape == "word" else None
+    result = _list_result(prompt) if shape == "list" else _word_result(prompt) if shape in ("word", "chain") \
+        else None
     if result is None or (isinstance(result, list) and min(result) < 0):
         return None
     target = ", ".join(map(str, result)) if isinstance(result, list) else str(result)

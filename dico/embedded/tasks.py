@@ -6,6 +6,8 @@ Two order-sensitive families, in the spirit of the paper's math and code tasks:
   and closed by an answer line (the GSM8K pattern).
 - ``list``: apply one operation to every item of a list, one equation per item in order, then
   the new list (order matters: the answer is the whole list in order).
+- ``chain``: long word problems (4 to 8 changes: +, -, doubling, halving) told in the word family's wording, whose
+  worked answers are 120 to 240 tokens, as long as LLaDA's GSM8K answers under gen 256 (issue 53; see ``_chain_item``).
 
 Two families whose answers have several valid forms with tokens that depend on each other (``dico.embedded.picks``,
 issue 26): ``pick`` (pick two or three of the things listed, any order) and ``team`` (choose a leader or a team of
@@ -39,12 +41,16 @@ from dico.embedded.wordings import (
     usual_pick,
 )
 
-FAMILIES = ("word", "list", "pick", "team")
+FAMILIES = ("word", "list", "pick", "team", "chain")
 # Families whose answer is numbers computed from the prompt, read back by ``extract_answer``: the card's measures of
 # computing, copying names and objects, held-out words and stutter are theirs. Pick and team answers are choices.
-NUMBER_FAMILIES = ("word", "list")
+NUMBER_FAMILIES = ("word", "list", "chain")
 TEST_SIZE = 500
-_TEST_SEED = {"word": 9_001, "list": 9_002, "pick": 9_003, "team": 9_004}
+# The gen length a family's answers need where it is more than the 96 the others fit in: decoding a chain problem at
+# gen 96 measures truncation, not a decoder. Benchmarks default to the others (SHORT_FAMILIES).
+LONG_FAMILIES = {"chain": 256}
+SHORT_FAMILIES = tuple(family for family in FAMILIES if family not in LONG_FAMILIES)
+_TEST_SEED = {"word": 9_001, "list": 9_002, "pick": 9_003, "team": 9_004, "chain": 9_005}
 
 # Names, objects and places come from word lists shipped in assets/wordlists (names: Faker's en_US first names;
 # objects and places: written for this project). A fixed fifth of each list (by a hash of the word) is held out:
@@ -133,6 +139,9 @@ class _Story:
     places: list
     wording: str = "free"
     train: bool = False     # the training data's extra wordings, never in the held-out split
+    # another person is never the one asked about ("Jeff gives him 8 more" in a story of Jeff): the chain family's;
+    # the word family's split was drawn before this and keeps its draws (15 of its 45,000 training items name him)
+    distinct: bool = False
 
     @property
     def equal(self) -> bool:
@@ -153,7 +162,10 @@ class _Story:
             return f"{self.his} {_pick(rng, KIN)}"
         if r < 0.7:
             return _pick(rng, OTHERS)
-        return _pick(rng, NAMES)     # another person's name: training names only, never the one asked about
+        other = _pick(rng, NAMES)     # another person's name: training names only
+        while self.distinct and other == self.name:
+            other = _pick(rng, NAMES)
+        return other
 
     def place(self) -> str:
         return f" {_pick(self.rng, self.places)}" if self.rng.random() < 0.35 else ""
@@ -307,6 +319,101 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
     return Item("word", " ".join(question), story.answer(solution, value), str(value), (name, obj), held_out)
 
 
+# ----------------------------------------------------------------------------- long worked answers (chain)
+
+# A chain problem's changes, and the most words, numbers and marks ("units", see _units) its prompt and answer may
+# have: a token is at most about 1.55 units with this tokenizer (names and objects in pieces), so a prompt of 72
+# fits 126 tokens with its [CLS] and [SEP] (128 + gen 256 = the model's 384 positions) and an answer of 160 leaves
+# gen 256 some end-of-text (tests/test_tasks.py counts the tokens).
+CHAIN_CHANGES = (4, 8)
+CHAIN_PROMPT_UNITS, CHAIN_ANSWER_UNITS = 72, 180
+# The worked answer's parts. Within each tuple every form has one token count with the embedded model's tokenizer
+# (tests/test_tasks.py), so an answer's length follows from its prompt, as in the "plain" wording of the word family:
+# Vanilla non-AR commits end-of-text from the right before any word, and an answer whose length depends on a
+# coin-flip of wording is cut short there (measured on the first chain model, where a restatement came every other
+# step: Vanilla non-AR 1 of 16 right at gen 256, most answers a step or two short).
+_CHAIN_START = ("{Name} starts with {v} {obj}.", "{Name} begins with {v} {obj}.", "{Name} first has {v} {obj}.")
+_CHAIN_WHY = {"add": ("{He} gets {b} more", "{He} finds {b} more", "{He} buys {b} more"),
+              "sub": ("{He} gives away {b}", "{He} gives {b} away"),
+              "double": ("{He} doubles them", "The number doubles"),
+              "halve": ("{He} keeps half", "Half are left")}
+_CHAIN_SIGN = {"add": "+", "sub": "-", "double": "*", "halve": "/"}
+_CHAIN_NOW = ("Now {he} has {v} {obj}.", "{He} has {v} {obj} now.", "So {he} has {v} {obj}.")
+_CHAIN_CLOSE = ("In the end {Name} has {v} {obj}. The answer is {v}.", "At the end {Name} has {v} {obj}. The answer "
+                "is {v}.", "In the end {Name} has {v} {obj}. Final answer: {v}.")
+
+
+def _halve(story: _Story, value: int) -> tuple[str, str, int]:
+    """Halving, asked in the word family's manner (the chain family's fourth change; word problems never halve)."""
+    rng, obj, he, his, other = story.rng, story.obj, story.he, story.his, story.other
+    asked = _pick(rng, [f"{he.capitalize()} gives half of {his} {obj} to {other()}.",
+                        f"{he.capitalize()} shares them equally with {other()}.",
+                        f"Then {he} loses half of them{story.place()}.",
+                        f"{he.capitalize()} sells half of {his} {obj}{story.place()}."])
+    return asked, "", value // 2
+
+
+def _chain_op(rng: random.Random, value: int) -> str:
+    """A change that keeps every count a single token (0..MAX_NUMBER) and every step exact."""
+    ops = ["add", "add", "sub", "sub"]
+    if value <= 60:
+        ops.append("double")
+    if value >= 4 and value % 2 == 0:
+        ops.append("halve")
+    if value + 20 > MAX_NUMBER:
+        ops = [op for op in ops if op != "add"]
+    if value < 1:
+        ops = ["add"]
+    return _pick(rng, ops)
+
+
+def _chain_item(rng: random.Random, held_out: bool = False, invented: bool = False, train: bool = False,
+                wording: str = "free") -> Item:
+    """One long word problem: the word family's names, objects, opening and question, 4 to 8 changes, and a worked
+    answer of one numbered step per change ("Step 3: He gets 12 more, so 15 + 12 = 27. Now he has 27 marbles."),
+    closed by the word family's answer line, its length set by the prompt (see _CHAIN_START). ``wording`` is
+    accepted for the common signature: the steps have one form with the variety of their leads, as LLaDA's GSM8K
+    answers do. A draw whose prompt would not fit its 128 tokens, or whose answer would leave gen 256 too little
+    end-of-text, is drawn again (with the generator moved on: the split stays seeded)."""
+    while True:
+        item = _chain_draw(rng, held_out, invented, train)
+        # invented words come in more pieces (up to 1.85 tokens a unit): their prompts are held shorter
+        prompt_units = CHAIN_PROMPT_UNITS - 8 * invented
+        if _units(item.prompt) <= prompt_units and _units(item.answer) <= CHAIN_ANSWER_UNITS:
+            return item
+
+
+def _units(text: str) -> int:
+    """Words, numbers and marks: a tokenizer-free bound on a text's token count (see CHAIN_PROMPT_UNITS)."""
+    return len(re.findall(r"[A-Za-z]+|\d+|[^\sA-Za-z\d]", text))
+
+
+def _chain_draw(rng: random.Random, held_out: bool, invented: bool, train: bool) -> Item:
+    male = rng.random() < 0.5
+    names = (HELD_OUT_MALE if male else HELD_OUT_FEMALE) if held_out else (MALE if male else FEMALE)
+    name, obj = _pick(rng, names), _pick(rng, HELD_OUT_OBJECTS if held_out else OBJECTS)
+    if invented:
+        name, obj = _pick(rng, WORDS).capitalize(), _pick(rng, WORDS)
+    he, his = ("he", "his") if male else ("she", "her")
+    story = _Story(rng, name, obj, he, his, HELD_OUT_PLACES if held_out else PLACES, "free", train, distinct=True)
+    value = _start_value(rng)
+    question = story.facts(value, _pick(rng, ADJECTIVES))
+    words = {"he": he, "He": he.capitalize(), "obj": obj, "Name": name}
+    solution = [_pick(rng, _CHAIN_START).format(v=value, **words)]
+    for k in range(1, rng.randint(*CHAIN_CHANGES) + 1):
+        op = _chain_op(rng, value)
+        asked, _, new = _halve(story, value) if op == "halve" else story.change(op, value)
+        b = {"add": new - value, "sub": value - new, "double": 2, "halve": 2}[op]
+        why = _pick(rng, _CHAIN_WHY[op]).format(b=b, **words)
+        now = _pick(rng, _CHAIN_NOW).format(v=new, **words)
+        question.append(asked)
+        solution.append(f"Step {k}: {why}, so {value} {_CHAIN_SIGN[op]} {b} = {new}. {now}")
+        value = new
+    question.append(story.ask())
+    closing = _pick(rng, _CHAIN_CLOSE).format(v=value, **words)
+    return Item("chain", " ".join(question), " ".join(solution) + " " + closing, str(value), (name, obj), held_out)
+
+
 def him(he: str) -> str:
     return "him" if he == "he" else "her"
 
@@ -387,13 +494,16 @@ def _choice_item(family: str, rng: random.Random) -> Item:
 
 
 _MAKERS = {"word": _word_item, "list": _list_item, "pick": lambda rng, wording="free": _choice_item("pick", rng),
-           "team": lambda rng, wording="free": _choice_item("team", rng)}
+           "team": lambda rng, wording="free": _choice_item("team", rng), "chain": _chain_item}
 
 
 def make_item(family: str, rng: random.Random, wording: str = "free") -> Item:
     if family not in _MAKERS:
         raise ValueError(f"family: unknown task family {family!r}; choose from {', '.join(FAMILIES)}")
     return _MAKERS[family](rng, wording=wording)
+
+
+_HELD_OUT_HALF = {"word": _word_item, "chain": _chain_item}     # half their held-out items use held-out words
 
 
 def make_split(family: str, split: str = "test", size: int | None = None, wording: str = "free") -> list[Item]:
@@ -406,8 +516,8 @@ def make_split(family: str, split: str = "test", size: int | None = None, wordin
     check_wording(wording)
     rng, seen, items = random.Random(_TEST_SEED[family]), set(), []
     while len(items) < TEST_SIZE:
-        item = _word_item(rng, held_out=len(items) % 2 == 1, wording=wording) if family == "word" else \
-            make_item(family, rng, wording)
+        item = _HELD_OUT_HALF[family](rng, held_out=len(items) % 2 == 1, wording=wording) if family in _HELD_OUT_HALF \
+            else make_item(family, rng, wording)
         if item.prompt not in seen:
             seen.add(item.prompt)
             items.append(item)
@@ -444,8 +554,8 @@ def train_stream(seed: int, families=FAMILIES, copy_drills: bool = True, wording
             drill = rng.random() < DRILL_SHARE
             item = _list_item(rng, top=DRILL_TOP, step_top=rng.choice((9, DRILL_STEP)), wording=wording) if drill \
                 else _list_item(rng, wording=wording)
-        elif family == "word":
-            item = _word_item(rng, invented=rng.random() < INVENTED_SHARE, train=True, wording=wording)
+        elif family in _HELD_OUT_HALF:
+            item = _HELD_OUT_HALF[family](rng, invented=rng.random() < INVENTED_SHARE, train=True, wording=wording)
         else:
             item = make_item(family, rng)
         if item.prompt not in held_out:

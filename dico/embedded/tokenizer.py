@@ -24,9 +24,10 @@ def tokenizer_corpus(seed: int = 1, items: int = 3000):
 
     rng = random.Random(seed)
     for _ in range(items):
-        # The number families only: the shipped tokenizer was learned from them, and pick and team items list
-        # their objects and names with nothing to strip (counted thousands of times they would become one token).
-        for family in tasks.NUMBER_FAMILIES:
+        # Word problems and lists only: the shipped tokenizer was learned from them, and pick and team items list
+        # their objects and names with nothing to strip (counted thousands of times they would become one token);
+        # the chain family came later, in the same words, and is tokenized by this tokenizer as it is.
+        for family in ("word", "list"):
             item = tasks.make_item(family, rng)
             text = item.prompt + " " + item.answer
             for entity in item.entities:
