@@ -126,7 +126,7 @@ NUMBER_MEASURES = ("teacher_forced_", "number_accuracy_", "computed_result_accur
 @pytest.mark.parametrize("family", tasks.FAMILIES)
 def test_number_measures_are_the_number_families_and_accuracy_every_familys(tokenizer, family):
     item = tasks.make_split(family)[0]
-    prompt, _, response = card._layout(predictor_for(nn.Identity(), tokenizer), item, card.GEN_LENGTH)
+    prompt, _, response = card._layout(predictor_for(nn.Identity(), tokenizer), item, card.gen_for(family))
     oracle = predictor_for(Oracle(prompt + response, len(tokenizer)), tokenizer)
     report = card.family_measures(oracle, family, [item], profile_items=1, decode_items=1)
     numbers = [key for key in report if key.startswith(NUMBER_MEASURES)]
@@ -148,3 +148,23 @@ def test_the_card_reads_worked_answers_in_the_wording_the_model_was_trained_in(t
     shifted, free = (tasks.make_split("word", size=40, wording=w) for w in ("shifted", "free"))
     assert [i.prompt for i in shifted] == [i.prompt for i in free] and [i.answer for i in shifted] != [
         i.answer for i in free]
+
+
+def test_the_editing_probe_finds_an_oracle_repairing_every_replaced_token_and_keeping_the_rest(tokenizer):
+    """The probe of issue 53: a model that predicts every position's true token repairs each replaced token and
+    keeps each untouched one; one that copies its input keeps everything and repairs nothing."""
+    item = tasks.make_split("chain")[0]
+    gen = card.gen_for("chain")
+    prompt, answer, response = card._layout(predictor_for(nn.Identity(), tokenizer), item, gen)
+    oracle = predictor_for(Oracle(prompt + response, len(tokenizer)), tokenizer)
+    report = card.editing(oracle, [item], gen_length=gen)
+    assert report["replaced"] == round(card.EDIT_SHARE * len(answer)) and report["untouched"] == len(answer) - report[
+        "replaced"]
+    assert (report["repaired"], report["kept"], report["confident_wrong"]) == (1.0, 1.0, 0.0)
+
+    class Copier(nn.Module):
+        def forward(self, input_ids, **_):
+            return type("Out", (), {"logits": nn.functional.one_hot(input_ids, len(tokenizer)).float() * 20})
+
+    copier = card.editing(predictor_for(Copier(), tokenizer), [item], gen_length=gen)
+    assert (copier["repaired"], copier["kept"]) == (0.0, 1.0)

@@ -296,3 +296,19 @@ def test_extra_masked_positions_count_once_not_one_over_t():
     # a token masked at random (prob t) weighs 1/t, else 1 as an extra: expected weight E[2 - t] = 1.5;
     # weighing the extras 1/t too would give E[1/t] = ln(1000) = 6.9
     assert per_token <= loss <= 3 * per_token
+
+
+def test_editing_rows_replace_only_written_response_tokens_and_score_every_written_position_of_those_rows():
+    """LLaDA 2.1's token-to-token objective (issue 53): masks, the prompt and rows not drawn stay as they are."""
+    import torch
+
+    from dico.embedded.objective import Editing
+
+    noisy = torch.tensor([[1, 2, 3, 9, 9, 5, 6, 7]] * 64)
+    written = torch.tensor([[False, False, False, False, False, True, True, True]] * 64)    # 9 = mask, 1-3 prompt
+    edited, scored = Editing(0.5, 1.0, [100, 101]).corrupt(noisy, written, torch.Generator().manual_seed(0))
+    changed = edited != noisy
+    assert not (changed & ~written).any()
+    assert (scored == written & scored.any(1, keepdim=True)).all()      # a drawn row scores all its written places
+    assert 10 < int(scored.any(1).sum()) < 54 and changed.any()
+    assert not (changed & ~scored).any() and set(edited[changed].tolist()) <= {100, 101}

@@ -4,6 +4,7 @@
         [--json PATH]
     python -m dico.embedded.card --curve runs/NAME --items 100   # every checkpoint snapshot of a run: curve.json, .md
     python -m dico.embedded.card --by-operation --model M --items 150   # computed results by operation and number size
+    python -m dico.embedded.card --editing --model M --items 200   # what a written position predicts (token editing)
 
 - Masked alone: each number (or, for word problems, each mention of the name and the object, every BPE piece
   of it) of the worked answer masked on its own with everything else given: does the model copy and compute it?
@@ -38,6 +39,7 @@ import argparse
 import json
 import re
 import time
+import sys
 
 import torch
 
@@ -45,6 +47,12 @@ from dico.embedded import tasks
 from dico.sampling import score
 
 GEN_LENGTH = 96
+# A family whose answers do not fit GEN_LENGTH is measured at its own (the chain family's fill most of 256).
+FAMILY_GEN = {"chain": 256}
+
+
+def gen_for(family: str) -> int:
+    return FAMILY_GEN.get(family, GEN_LENGTH)
 
 
 def _layout(predictor, item, gen_length):
@@ -226,13 +234,14 @@ def issue_prompts(predictor, gen_length=GEN_LENGTH, block_length=32) -> list[dic
 
 def family_measures(predictor, family: str, split, profile_items=200, decode_items=200) -> dict:
     """The card's measures of one family's held-out items: the number measures for ``tasks.NUMBER_FAMILIES`` only
-    (pick and team answers hold no computed numbers nor copied names), decoded accuracy and the profile for all."""
-    report, probe = {}, split[:profile_items]
+    (pick and team answers hold no computed numbers nor copied names), decoded accuracy and the profile for all,
+    each at the family's gen length (``gen_for``)."""
+    report, probe, gen = {}, split[:profile_items], gen_for(family)
     if family in tasks.NUMBER_FAMILIES:
-        report[f"teacher_forced_{family}"] = round(teacher_forced(predictor, split), 4)
-        report[f"number_accuracy_{family}"] = round(masked_alone_accuracy(predictor, probe), 4)
+        report[f"teacher_forced_{family}"] = round(teacher_forced(predictor, split, gen), 4)
+        report[f"number_accuracy_{family}"] = round(masked_alone_accuracy(predictor, probe, gen_length=gen), 4)
         report[f"computed_result_accuracy_{family}"] = round(masked_alone_accuracy(
-            predictor, probe, after="=", with_later=True), 4)
+            predictor, probe, after="=", with_later=True, gen_length=gen), 4)
     if family == "word":
         # every other held-out word problem uses held-out words (names, objects never in training)
         seen = [i for i in split if not i.held_out][:profile_items]
@@ -245,12 +254,62 @@ def family_measures(predictor, family: str, split, profile_items=200, decode_ite
         report["name_object_heldout_first_mention_accuracy_word"] = round(
             masked_alone_accuracy(predictor, unseen, "entities", with_later=True), 4)
     if decode_items:
-        run = decoded(predictor, split[:decode_items])
+        run = decoded(predictor, split[:decode_items], gen_length=gen)
         if "stutter_rate" in run:
             report[f"stutter_rate_{family}"] = run["stutter_rate"]
         report[f"decoded_{family}"] = run
-    report[f"profile_{family}"] = first_step_profile(predictor, probe)
+    report[f"profile_{family}"] = first_step_profile(predictor, probe, gen)
+    if family in tasks.NUMBER_FAMILIES:
+        report[f"editing_{family}"] = editing(predictor, probe, gen_length=gen)
     return report
+
+
+EDIT_SHARE = 0.1
+
+
+def editing(predictor, items, share: float = EDIT_SHARE, gen_length=GEN_LENGTH, seed: int = 0) -> dict:
+    """What LLaDA 2.1's token editing reads at written positions (issue 53): each held-out worked answer written out
+    whole (its end-of-text padding too) with ``share`` of its answer tokens replaced by random ordinary tokens, one
+    pass. ``repaired``: the share of replaced positions whose top prediction is the original token; ``kept``: the
+    share of untouched answer positions whose top prediction is the token already there; ``confident_wrong``: the
+    share of untouched positions predicted as another token with probability above 0.5 (what an edit threshold of
+    0.5 would change wrongly). A model trained on masked positions only was never taught either."""
+    import random
+
+    tok = predictor.tokenizer
+    ordinary = [i for i in range(len(tok)) if i not in set(tok.all_special_ids)]
+    rng = random.Random(seed)
+    replaced = repaired = untouched = kept = confident_wrong = 0
+    for item in items:
+        prompt, answer, response = _layout(predictor, item, gen_length)
+        count = max(1, round(share * len(answer)))
+        where = rng.sample(range(len(answer)), count)
+        noisy = list(response)
+        for i in where:
+            noisy[i] = _other(rng, ordinary, answer[i])
+        logits, _ = predictor.forward(torch.tensor([prompt + noisy]))
+        probs = logits[0, len(prompt):len(prompt) + len(answer)].float().softmax(-1)
+        top = probs.argmax(-1)
+        chosen = set(where)
+        for i in range(len(answer)):
+            if i in chosen:
+                replaced += 1
+                repaired += int(top[i]) == answer[i]
+            else:
+                untouched += 1
+                kept += int(top[i]) == answer[i]
+                confident_wrong += int(top[i]) != answer[i] and float(probs[i, top[i]]) > 0.5
+    return {"repaired": round(repaired / max(replaced, 1), 4), "kept": round(kept / max(untouched, 1), 4),
+            "confident_wrong": round(confident_wrong / max(untouched, 1), 4), "replaced": replaced,
+            "untouched": untouched, "share": share, "items": len(items)}
+
+
+def _other(rng, ordinary: list[int], token: int) -> int:
+    """A random ordinary token other than ``token``."""
+    while True:
+        pick = ordinary[rng.randrange(len(ordinary))]
+        if pick != token:
+            return pick
 
 
 def trained_wording(model) -> str:
@@ -351,7 +410,23 @@ def main(argv=None) -> int:
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--by-operation", action="store_true",
                         help="only the computed results of --items word problems by operation and number size")
+    parser.add_argument("--editing", action="store_true",
+                        help="only the editing probe (what a written position predicts, see ``editing``) on --items "
+                             "held-out items of each number family")
     args = parser.parse_args(argv)
+    if args.editing:
+        from dico.models import load_model
+        predictor = load_model(args.model, attention=False)
+        report = {"model": args.model or predictor.name, "command": "python -m dico.embedded.card " + " ".join(
+            argv if argv is not None else sys.argv[1:])}
+        for family in tasks.NUMBER_FAMILIES:
+            split = tasks.make_split(family, "test", args.items, wording=trained_wording(args.model))
+            report[family] = editing(predictor, split, gen_length=gen_for(family))
+        print(json.dumps(report, indent=1))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(report, fh, indent=1)
+        return 0
     if args.by_operation:
         from dico.models import load_model
         table = computed_by_operation(load_model(args.model), tasks.make_split("word", "test", args.items,

@@ -16,7 +16,7 @@ import random
 
 from dico.embedded.tokenizer import entity_spans
 
-MAX_PROMPT_TOKENS = 96
+MAX_PROMPT_TOKENS = 128
 
 
 def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: float = 0.15,
@@ -101,22 +101,60 @@ def occurrence_positions(answer: list[int], spans, number, rng: random.Random) -
     return [i for i in range(start, len(answer)) if answer[i] == answer[start]]
 
 
-def diffusion_loss(model, ids, attention, response, mask_id: int, generator=None, *, extra=None):
+def diffusion_loss(model, ids, attention, response, mask_id: int, generator=None, *, extra=None, edit=None):
     """LLaDA's masked-diffusion loss: mask with prob t ~ U(eps, 1), CE on masked tokens weighted 1/t.
 
     ``extra`` (b, l bool) adds positions to mask beyond the random ones (see occurrence_mask); those count with
     weight 1, not 1/t: a row drawn with t = 0.001 would otherwise weigh them a thousandfold (measured: that
     made the first version of this run worse at arithmetic, not better).
+
+    ``edit`` (an ``Editing``) adds LLaDA 2.1's token-to-token objective (see ``corrupt``): in a share of the rows some
+    written response tokens are replaced by other tokens, and the loss also covers every written response position
+    of those rows, weight 1: predict the original where a token was replaced, keep it where it was not. Random
+    draws come from ``generator`` on the CPU (the same run on any device draws the same masks).
     """
     import torch
     import torch.nn.functional as F
 
-    b = ids.shape[0]
-    t = torch.rand(b, 1, generator=generator) * (1 - 1e-3) + 1e-3                 # b, 1
-    random_masked = (torch.rand(ids.shape, generator=generator) < t) & response   # b, l
+    b, device = ids.shape[0], ids.device
+    t = (torch.rand(b, 1, generator=generator) * (1 - 1e-3) + 1e-3).to(device)                 # b, 1
+    random_masked = (torch.rand(ids.shape, generator=generator).to(device) < t) & response   # b, l
     masked = random_masked | extra if extra is not None else random_masked
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
+    written = torch.zeros_like(masked)
+    if edit is not None:
+        noisy, written = edit.corrupt(noisy, response & ~masked, generator)
     logits = model(input_ids=noisy, attention_mask=attention).logits               # b, l, v
-    ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")
-    weights = torch.where(random_masked, 1.0 / t, torch.ones_like(t))[masked]
+    scored = masked | written
+    ce = F.cross_entropy(logits[scored].float(), ids[scored], reduction="none")
+    weights = torch.where(random_masked, 1.0 / t, torch.ones_like(t))[scored]
     return (ce * weights).sum() / response.sum().clamp(min=1)
+
+
+class Editing:
+    """LLaDA 2.1's token-to-token corruption (its report's M2T + T2T training): in ``share`` of the rows, each written
+    response token (answer or end-of-text, not masked) is replaced with probability r ~ U(0, ``rate``) per row by a
+    token drawn uniformly from ``vocabulary`` (the ordinary tokens: no specials but end-of-text).
+
+    Without it the model's prediction at a written position was never trained, and LLaDA 2.1's editing rule run on it
+    flips tokens back and forth every pass (issue 53); with it the model learns p(original | a possibly wrong token
+    there) at every written position."""
+
+    def __init__(self, share: float, rate: float, vocabulary):
+        import torch
+
+        self.share, self.rate = share, rate
+        self.vocabulary = torch.as_tensor(vocabulary, dtype=torch.long)
+
+    def corrupt(self, noisy, written, generator=None):
+        """``noisy`` with some ``written`` positions replaced, and the mask of the rows' written positions to score
+        (every written position of a corrupted row, replaced or kept)."""
+        import torch
+
+        b, device = noisy.shape[0], noisy.device
+        rows = (torch.rand(b, 1, generator=generator) < self.share).to(device)
+        r = (torch.rand(b, 1, generator=generator) * self.rate).to(device)
+        replace = (torch.rand(noisy.shape, generator=generator).to(device) < r) & written & rows
+        draws = torch.randint(len(self.vocabulary), noisy.shape, generator=generator)
+        replacements = self.vocabulary[draws].to(device)
+        return torch.where(replace, replacements, noisy), written & rows

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dico.embedded.objective import MAX_PROMPT_TOKENS, diffusion_loss, make_batch
+from dico.embedded.objective import MAX_PROMPT_TOKENS, Editing, diffusion_loss, make_batch
 from dico.embedded.tokenizer import SPECIALS, build_tokenizer, token_tables
 from dico.embedded.wordings import WORDINGS
 
@@ -136,8 +136,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mix", type=parse_mix, default=None, metavar="FAMILY=WEIGHT,...",
                         help="the families' shares in training, e.g. word=2,list=1,pick=3,team=3 (default: "
                              "dico.embedded.tasks.TRAIN_MIX)")
+    parser.add_argument("--edit-share", type=float, default=0.0,
+                        help="share of rows that also train token-to-token editing (LLaDA 2.1): written response "
+                             "tokens replaced by random ones, the loss on every written position of the row "
+                             "(dico.embedded.objective.Editing; 0: masked positions only, as before issue 53)")
+    parser.add_argument("--edit-rate", type=float, default=0.2,
+                        help="an editing row replaces each written token with probability U(0, this)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="auto",
+                        help="cpu, cuda, cuda:N or auto (cuda when there is one); on cuda the forward runs in "
+                             "bfloat16 autocast and the weights stay float32")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="processes that draw and tokenize batches beside the training loop (0: in the loop; a "
+                             "GPU step is faster than one core draws a batch of 64)")
     parser.add_argument("--checkpoint-every", type=int, default=0, help="also save every this many steps")
     parser.add_argument("--checkpoint-minutes", type=float, default=10.0,
                         help="save model, tokenizer and trainer state every this many minutes, and keep a copy "
@@ -188,7 +200,7 @@ def starting_model(args, parser, out: Path):
         if not (out / "trainer_state.pt").exists():
             parser.error(f"--resume: {out / 'trainer_state.pt'} does not exist")
         from transformers import AutoModelForMaskedLM, AutoTokenizer
-        state = torch.load(out / "trainer_state.pt", weights_only=False)
+        state = torch.load(out / "trainer_state.pt", weights_only=False, map_location="cpu")
         tokenizer = AutoTokenizer.from_pretrained(out)
         model = AutoModelForMaskedLM.from_pretrained(out, dtype=torch.float32)
     elif args.init_from or args.continue_from:
@@ -213,6 +225,7 @@ def start_run(args, parser, out: Path, command: str) -> Run:
     from dico.models import train_log
 
     model, tokenizer, state = starting_model(args, parser, out)
+    model.to(args.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
     run = Run(args, out, command, model, tokenizer, optimizer, params=sum(p.numel() for p in model.parameters()))
     if state is not None:
@@ -261,23 +274,62 @@ def learning_rate(args, step: int, warm_from: int, elapsed: float) -> float:
     return args.lr * min(1.0, (step - warm_from + 1) / args.warmup) * decay
 
 
+class Batches:
+    """The training batches of one session: an endless seeded stream, drawn in the loop or by ``workers`` processes
+    (each its own seed), so a resumed run draws fresh data (the seed follows the step count)."""
+
+    def __init__(self, args, tokenizer, step: int):
+        self.args, self.tokenizer, self.seed = args, tokenizer, args.seed * 1_000_003 + step
+
+    def __iter__(self):
+        import torch
+
+        from dico.embedded import tasks
+
+        info = torch.utils.data.get_worker_info()
+        seed = self.seed + (0 if info is None else 7_919 * (info.id + 1))
+        args, tokenizer = self.args, self.tokenizer
+        rng = random.Random(seed)
+        stream = tasks.train_stream(seed, wording=args.wording, mix=args.mix or tasks.TRAIN_MIX)
+        number, _ = token_tables(tokenizer)
+        max_gen = min(args.max_gen, args.max_positions - MAX_PROMPT_TOKENS)
+        while True:
+            yield make_batch([next(stream) for _ in range(args.batch_size)], tokenizer, rng, max_gen, args.long_share,
+                             args.occurrence_share, number, args.tail_share)
+
+    def loader(self):
+        import torch
+
+        if not self.args.workers:
+            return iter(self)
+        # DataLoader takes an IterableDataset; this class stays importable without torch (the CLI's --help).
+        dataset = type("BatchDataset", (torch.utils.data.IterableDataset,), {"__iter__": lambda _: iter(self)})()
+        return iter(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=self.args.workers,
+                                                prefetch_factor=4, persistent_workers=True))
+
+
+def editing(args, tokenizer) -> Editing | None:
+    """The token-to-token objective of --edit-share, replacing with any ordinary token or end-of-text."""
+    if args.edit_share <= 0:
+        return None
+    specials = set(tokenizer.all_special_ids) - {tokenizer.eos_token_id}
+    return Editing(args.edit_share, args.edit_rate, [i for i in range(len(tokenizer)) if i not in specials])
+
+
 def train(run: Run) -> None:
     """Batches from the stream (seeded with the step count) until --minutes or --max-steps, saving on the way."""
     import torch
 
-    from dico.embedded import tasks
-
     args, model, optimizer, tokenizer = run.args, run.model, run.optimizer, run.tokenizer
     torch.manual_seed(args.seed + run.step)
-    rng = random.Random(args.seed * 1_000_003 + run.step)
-    stream = tasks.train_stream(args.seed * 1_000_003 + run.step, wording=args.wording,
-                                mix=args.mix or tasks.TRAIN_MIX)
+    batches = Batches(args, tokenizer, run.step).loader()
     generator = torch.Generator().manual_seed(args.seed * 1_000_003 + run.step)
-    number, _ = token_tables(tokenizer)
+    edit = editing(args, tokenizer)
+    device = torch.device(args.device)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     budget = args.minutes * 60
-    max_gen = min(args.max_gen, args.max_positions - MAX_PROMPT_TOKENS)
     print(f"{run.params:,} params, vocabulary {len(tokenizer)}, starting at step {run.step}, "
-          f"{run.elapsed_before / 60:.1f} of {args.minutes:.0f} min done", flush=True)
+          f"{run.elapsed_before / 60:.1f} of {args.minutes:.0f} min done, on {device}", flush=True)
     session_start, last_save, window = time.time(), time.time(), time.time()
     model.train()
     while True:
@@ -287,17 +339,17 @@ def train(run: Run) -> None:
         lr = learning_rate(args, run.step, run.warm_from, elapsed)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        ids, attention, response, extra = make_batch([next(stream) for _ in range(args.batch_size)], tokenizer, rng,
-                                                     max_gen, args.long_share, args.occurrence_share, number,
-                                                     args.tail_share)
-        loss = diffusion_loss(model, ids, attention, response, tokenizer.mask_token_id, generator,
-                              extra=extra if args.occurrence_share > 0 or args.tail_share > 0 else None)
+        ids, attention, response, extra = (t.to(device, non_blocking=True) for t in next(batches))
+        with autocast:
+            loss = diffusion_loss(model, ids, attention, response, tokenizer.mask_token_id, generator,
+                                  extra=extra if args.occurrence_share > 0 or args.tail_share > 0 else None, edit=edit)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         run.step += 1
-        run.ema = loss.item() if run.ema is None else 0.98 * run.ema + 0.02 * loss.item()
+        if run.step % 10 == 0 or run.ema is None:       # .item() waits for the device: not every step
+            run.ema = loss.item() if run.ema is None else 0.82 * run.ema + 0.18 * loss.item()
         if run.step % args.log_every == 0:
             now = time.time()
             print(f"step {run.step} min {(run.elapsed_before + now - session_start) / 60:.1f} loss {run.ema:.4f} "
@@ -321,6 +373,8 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "python -m dico.embedded.train " + " ".join(argv if argv is not None else sys.argv[1:])
