@@ -479,3 +479,12 @@ def test_takeback_forks_a_top4_miss_after_the_step_that_committed_its_clash(pred
     assert (found["kind"], found["step"], found["positions"]) == (kind, k, positions)
     assert len(found["right"]) == len(found["texts"]) == len(positions)
     assert all(not text.startswith("error") for text in found["texts"])
+
+
+def test_a_family_is_refused_at_a_gen_length_its_answers_do_not_fit_before_anything_decodes():
+    from dico.bench import options
+
+    with pytest.raises(ValueError, match=r"lengths: chain answers need gen >= 256, got 96; .*--lengths 256/32"):
+        options.fitting(("word", "chain"), ((96, 32), (256, 32)))
+    options.fitting(("word", "chain"), ((256, 32),))
+    assert "chain" not in tasks.SHORT_FAMILIES and set(tasks.SHORT_FAMILIES) | {"chain"} == set(tasks.FAMILIES)

@@ -312,3 +312,23 @@ def test_editing_rows_replace_only_written_response_tokens_and_score_every_writt
     assert (scored == written & scored.any(1, keepdim=True)).all()      # a drawn row scores all its written places
     assert 10 < int(scored.any(1).sum()) < 54 and changed.any()
     assert not (changed & ~scored).any() and set(edited[changed].tolist()) <= {100, 101}
+
+
+def test_prefix_rows_mask_everything_after_a_point_of_the_response_and_leave_the_rest_of_the_data_as_it_was():
+    """The state semi-AR decoding reaches (a written prefix, the rest masked to the end); without --prefix-share
+    a batch is drawn exactly as before (no extra draws)."""
+    import random
+
+    from dico.embedded import tasks
+    from dico.embedded.objective import make_batch
+    from dico.embedded.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    items = tasks.make_split("chain", size=8)
+    plain = make_batch(items, tokenizer, random.Random(1), 256)
+    same = make_batch(items, tokenizer, random.Random(1), 256, prefix_share=0.0)
+    assert all((a == b).all() for a, b in zip(plain, same))
+    ids, _, response, extra = make_batch(items, tokenizer, random.Random(1), 256, prefix_share=1.0)
+    for row in range(len(items)):
+        masked = extra[row].nonzero().flatten().tolist()
+        assert masked and masked == list(range(masked[0], int(response[row].nonzero().max()) + 1))

@@ -38,8 +38,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import time
 import sys
+import time
 
 import torch
 

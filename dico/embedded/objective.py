@@ -20,13 +20,15 @@ MAX_PROMPT_TOKENS = 128
 
 
 def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: float = 0.15,
-               occurrence_share: float = 0.0, number=None, tail_share: float = 0.0):
+               occurrence_share: float = 0.0, number=None, tail_share: float = 0.0, prefix_share: float = 0.0):
     """Token ids, attention mask, response mask and the extra (occurrence or tail) mask of one batch.
 
     The response is padded with <|eot|>: most batches only a little past the longest answer (the end-of-text tail
     is easy to learn and costs compute); a ``long_share`` of batches pads far, so every position up to ``max_gen``
     is trained and any gen_length a user picks is in distribution. ``tail_share`` of the rows mask the whole answer
-    and the first few end-of-text tokens after it (see ``tail_length``); of the others, ``occurrence_share``
+    and the first few end-of-text tokens after it (see ``tail_length``); ``prefix_share`` mask everything after a
+    random point of the response, the state semi-AR decoding reaches (a written prefix, the rest masked to the end,
+    end-of-text included); of the others, ``occurrence_share``
     also mask one number or one name/object mention with all its later mentions (see ``occurrence_positions``),
     or, in a pick or team answer, one chosen item whole (see ``chosen_items``).
     """
@@ -46,6 +48,8 @@ def make_batch(items, tokenizer, rng: random.Random, max_gen: int, long_share: f
         response[row, len(p):len(seq)] = True
         if tail_share > 0 and rng.random() < tail_share:
             extra[row, len(p):len(p) + tail_length(len(a), gen, rng)] = True
+        elif prefix_share > 0 and rng.random() < prefix_share:
+            extra[row, len(p) + rng.randint(0, len(a)):len(seq)] = True
         elif occurrence_share > 0 and rng.random() < occurrence_share:
             names = item.entities or chosen_items(item)
             spans = entity_spans(tokenizer, item.answer, names) if names else []

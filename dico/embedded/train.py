@@ -129,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tail-share", type=float, default=0.0,
                         help="share of examples that mask the whole answer and the first end-of-text tokens after "
                              "it, the rest of the tail visible: the state Vanilla non-AR reaches (see tail_length)")
+    parser.add_argument("--prefix-share", type=float, default=0.0,
+                        help="share of examples that mask everything after a random point of the response: the "
+                             "state semi-AR decoding reaches, which random masking rarely shows (0: none, as the "
+                             "chain-1 stage was trained; see assets/stages/chain-1)")
     parser.add_argument("--occurrence-share", type=float, default=0.5,
                         help="share of examples that also mask one number or name/object mention of the answer "
                              "and all its later mentions (teaches computing and copying from the prompt; 0: "
@@ -295,7 +299,7 @@ class Batches:
         max_gen = min(args.max_gen, args.max_positions - MAX_PROMPT_TOKENS)
         while True:
             yield make_batch([next(stream) for _ in range(args.batch_size)], tokenizer, rng, max_gen, args.long_share,
-                             args.occurrence_share, number, args.tail_share)
+                             args.occurrence_share, number, args.tail_share, args.prefix_share)
 
     def loader(self):
         import torch
@@ -325,6 +329,7 @@ def train(run: Run) -> None:
     batches = Batches(args, tokenizer, run.step).loader()
     generator = torch.Generator().manual_seed(args.seed * 1_000_003 + run.step)
     edit = editing(args, tokenizer)
+    masks_more = max(args.occurrence_share, args.tail_share, args.prefix_share) > 0
     device = torch.device(args.device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     budget = args.minutes * 60
@@ -342,7 +347,7 @@ def train(run: Run) -> None:
         ids, attention, response, extra = (t.to(device, non_blocking=True) for t in next(batches))
         with autocast:
             loss = diffusion_loss(model, ids, attention, response, tokenizer.mask_token_id, generator,
-                                  extra=extra if args.occurrence_share > 0 or args.tail_share > 0 else None, edit=edit)
+                                  extra=extra if masks_more else None, edit=edit)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
