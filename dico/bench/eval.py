@@ -8,9 +8,10 @@
     accelerate launch --multi_gpu --num_processes 2 -m dico.bench.eval ...    # the same with two CPU processes (gloo)
 
 The paper, LLaDA and Fast-dLLM all report through lm-eval, so results here compare with theirs. A task per family
-of ``dico.embedded.tasks.FAMILIES`` (``dico_word``, ``dico_list``, ``dico_pick``, ``dico_team``; in
-``dico/bench/lm_eval_tasks``) holds the held-out items as local JSONL, scored with ``dico.embedded.tasks.check``
-(word and list: the exact final answer, ``exact_match``; pick and team: any valid choice, ``acc``): ``--limit N``
+of ``dico.embedded.tasks.FAMILIES`` (``dico_word``, ``dico_list``, ``dico_pick``, ``dico_team``, ``dico_chain``,
+whose answers need ``--gen-length 256``; in ``dico/bench/lm_eval_tasks``) holds the held-out items as local
+JSONL, scored with ``dico.embedded.tasks.check`` (word, list and chain: the exact final answer, ``exact_match``;
+pick and team: any valid choice, ``acc``): ``--limit N``
 scores exactly the benchmark's first N items. Any other task (gsm8k,
 humaneval, mbpp, minerva_math) and any lm-eval option not listed here (--num_fewshot, --log_samples, ...)
 pass straight through to lm-eval. Needs the eval extra: ``pip install -r requirements-eval.txt``.
