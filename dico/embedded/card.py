@@ -47,12 +47,11 @@ from dico.embedded import tasks
 from dico.sampling import score
 
 GEN_LENGTH = 96
-# A family whose answers do not fit GEN_LENGTH is measured at its own (the chain family's fill most of 256).
-FAMILY_GEN = {"chain": 256}
 
 
 def gen_for(family: str) -> int:
-    return FAMILY_GEN.get(family, GEN_LENGTH)
+    """The family's gen length: its own where its answers do not fit GEN_LENGTH (tasks.LONG_FAMILIES)."""
+    return tasks.LONG_FAMILIES.get(family, GEN_LENGTH)
 
 
 def _layout(predictor, item, gen_length):
@@ -277,7 +276,8 @@ def editing(predictor, items, share: float = EDIT_SHARE, gen_length=GEN_LENGTH, 
     import random
 
     tok = predictor.tokenizer
-    ordinary = [i for i in range(len(tok)) if i not in set(tok.all_special_ids)]
+    specials = set(tok.all_special_ids)
+    ordinary = [i for i in range(len(tok)) if i not in specials]
     rng = random.Random(seed)
     replaced = repaired = untouched = kept = confident_wrong = 0
     for item in items:

@@ -7,7 +7,8 @@ Two order-sensitive families, in the spirit of the paper's math and code tasks:
 - ``list``: apply one operation to every item of a list, one equation per item in order, then
   the new list (order matters: the answer is the whole list in order).
 - ``chain``: long word problems (4 to 8 changes: +, -, doubling, halving) told in the word family's wording, whose
-  worked answers are 120 to 240 tokens, as long as LLaDA's GSM8K answers under gen 256 (issue 53; see ``_chain_item``).
+  worked answers are about 110 to 250 tokens (median 160), as long as LLaDA's GSM8K answers under gen 256 (issue
+  53; see ``_chain_item``).
 
 Two families whose answers have several valid forms with tokens that depend on each other (``dico.embedded.picks``,
 issue 26): ``pick`` (pick two or three of the things listed, any order) and ``team`` (choose a leader or a team of
@@ -323,7 +324,7 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
 
 # A chain problem's changes, and the most words, numbers and marks ("units", see _units) its prompt and answer may
 # have: a token is at most about 1.55 units with this tokenizer (names and objects in pieces), so a prompt of 72
-# fits 126 tokens with its [CLS] and [SEP] (128 + gen 256 = the model's 384 positions) and an answer of 160 leaves
+# fits 126 tokens with its [CLS] and [SEP] (128 + gen 256 = the model's 384 positions) and an answer of 180 leaves
 # gen 256 some end-of-text (tests/test_tasks.py counts the tokens).
 CHAIN_CHANGES = (4, 8)
 CHAIN_PROMPT_UNITS, CHAIN_ANSWER_UNITS = 72, 180
