@@ -93,10 +93,10 @@ def drain(runs: Generator, on_finish=None) -> list:
     completes (a progress bar's tick)."""
     while True:
         try:
-            _, _, step = next(runs)
+            _, trace, _ = next(runs)
         except StopIteration as end:
             return end.value
-        if on_finish is not None and step.unmasked_fraction == 1.0:
+        if on_finish is not None and trace.response:        # closed by this step: its response is written
             on_finish()
 
 

@@ -102,8 +102,9 @@ class Cache:
         return self.positions
 
     def taken_back(self, positions: torch.Tensor) -> None:
-        """A revising rule took these response positions back to the mask: their cached keys and values still hold
-        the tokens they had, so a pass that would not compute them refreshes instead (``plan``)."""
+        """A rule took these response positions back to the mask or wrote another token there (an edit, a fork): their
+        cached keys and values still hold the tokens they had, so a pass that would not compute them refreshes
+        instead (``plan``)."""
         self.retaken[self.m + positions] = True
         self.fresh[self.m + positions] = False
 

@@ -66,7 +66,8 @@ def replay(predictor, parent: Trace, at: int):
         logits, attentions = run.forward()
         step = run.step(logits, attentions)
         theirs = parent.steps[k]
-        if (step.committed, step.tokens, step.remasked) != (theirs.committed, theirs.tokens, theirs.remasked):
+        if (step.committed, step.tokens, step.remasked, step.edited) != (theirs.committed, theirs.tokens,
+                                                                          theirs.remasked, theirs.edited):
             raise ValueError(f"trace: step {k} does not replay on model {predictor.name!r} (it committed "
                              f"{step.committed} where the trace says {theirs.committed}); fork a trace of this model, "
                              "prompt and settings")

@@ -146,8 +146,9 @@ class Decoding:
         self.masked = torch.ones(gen_length, dtype=torch.bool)                                        # n
         self.fixed = torch.zeros(gen_length, dtype=torch.bool)      # n: fixed by hand, never taken back
         fixed = encode_fixed(predictor, constraints or {}, gen_length)       # words before decoding (dico.constraints)
-        self.max_passes = PASS_LIMIT * gen_length                    # a rule that would loop ends here
-        self.limit_reached = False
+        self.max_passes = pass_limit(self.rule, gen_length, block_length)      # a rule that would loop ends here
+        self.limit_reached = False                                   # ended at the pass limit with masks left
+        self.out_of_passes = False                                   # ended at the pass limit (edits cut short too)
         settings_record = self.rule.settings.to_dict()
         if method == "dico":
             settings_record["seeds"] = self.rule.n_seeds      # the N in effect for this mode
@@ -167,7 +168,8 @@ class Decoding:
 
     @property
     def done(self) -> bool:
-        return self.limit_reached or not bool(self.masked.any())
+        """No pass left: the pass limit, or no mask left and a rule that does not linger (docs/decoding.md §3.2)."""
+        return self.out_of_passes or (not bool(self.masked.any()) and not self.rule.lingers())
 
     def _fix(self, tokens: dict[int, int]) -> None:
         """Write tokens at response positions and fix them: decoded from now on, never taken back."""
@@ -210,6 +212,7 @@ class Decoding:
         self.trace.label = default_label(method, self.rule.settings)
         if self.window is not None:
             self.rule.start(self.window)
+        self.max_passes = pass_limit(self.rule, self.n, self.width)
         self.switched_from = old
 
     def _open_window(self) -> None:
@@ -257,45 +260,60 @@ class Decoding:
             logits[self.m:length], self.predictor.mask_id, self.stops, signals=self.rule.signals,
             tokens=self.ids[0, self.m:], mirror=mirror)
         choice = self.rule.choose(Scores(conf, pred, margin, self.masked, self.window, rank, signals, self.fixed,
-                                         self.m))
-        commit, remask = self._checked(choice)
+                                         self.m, self.ids[0, self.m:].clone()))
+        commit, remask, edit = self._checked(choice, pred)
         t2 = time.perf_counter()
         if self.attention is not None and attentions is not None and (self.cache is None or self.cache.refreshed):
             self.attention.add(len(self.trace.steps), attentions, self.masked, 1.0 - self.masked.float().mean().item())
-        step = self._record(choice, commit, remask, conf, pred, forward_s, t2 - t1)
-        if not self.masked[:self.window[1]].any():         # a revising rule may have reopened an earlier block
-            self._open_window()
+        step = self._record(choice, commit, remask, edit, conf, pred, forward_s, t2 - t1)
+        if not self.masked[:self.window[1]].any() and not self.rule.lingers():   # a revising rule may have reopened
+            self._open_window()                                                   # an earlier block
         if len(self.trace.steps) >= self.max_passes and not self.done:
-            self.limit_reached = True                        # the trace says so (``Trace.limit_reached``)
+            self.out_of_passes = True
+            self.limit_reached = bool(self.masked.any())     # the trace says so (``Trace.limit_reached``)
         if self.done:
             self.close()
         return step
 
-    def _checked(self, choice: Choice) -> tuple[torch.Tensor, torch.Tensor]:
-        """The rule's commits (at least one, all masked) and re-masks (decoded after the commits, none fixed)."""
+    def _checked(self, choice: Choice, pred: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The rule's commits (masked positions), re-masks (decoded after the commits, none fixed) and edits (decoded
+        before the step, none fixed, each to another token). A step commits at least one position unless its window
+        had no mask left or it takes tokens back (the progress invariant, docs/decoding.md §3.2)."""
         commit = torch.tensor(sorted(set(choice.commit)), dtype=torch.long)
-        if commit.numel() == 0 or not self.masked[commit].all():
-            raise RuntimeError(f"rule {self.trace.method} chose no or already decoded positions: {choice.commit}")
         remask = torch.tensor(sorted(set(choice.remask)), dtype=torch.long)
+        edit = torch.tensor(sorted(set(choice.edit)), dtype=torch.long)
+        may_rest = not self.masked[self.window[0]:self.window[1]].any() or remask.numel() > 0
+        if (commit.numel() == 0 and not may_rest) or not self.masked[commit].all():
+            raise RuntimeError(f"rule {self.trace.method} chose no or already decoded positions: {choice.commit}")
         if remask.numel():
             decoded = ~self.masked & ~self.fixed
             decoded[commit] = True
             if not decoded[remask].all():
                 raise RuntimeError(f"rule {self.trace.method} took back positions that are masked or fixed: "
                                    f"{choice.remask}")
-        return commit, remask
+        if edit.numel():
+            editable = ~self.masked & ~self.fixed
+            editable[remask] = False
+            if not editable[edit].all() or bool((pred[edit] == self.ids[0, self.m + edit]).any()):
+                raise RuntimeError(f"rule {self.trace.method} edited positions that are masked, fixed, taken back or "
+                                   f"already hold the predicted token: {choice.edit}")
+        return commit, remask, edit
 
-    def _record(self, choice: Choice, commit: torch.Tensor, remask: torch.Tensor, conf, pred, forward_s: float,
-                select_s: float) -> Step:
+    def _record(self, choice: Choice, commit: torch.Tensor, remask: torch.Tensor, edit: torch.Tensor, conf, pred,
+                forward_s: float, select_s: float) -> Step:
         masked = self.masked.tolist()
         tokens = pred[commit]
         self.ids[0, self.m + commit] = tokens
         self.masked[commit] = False
+        edited = [[p, old, new] for p, old, new in zip(edit.tolist(), self.ids[0, self.m + edit].tolist(),
+                                                        pred[edit].tolist())]
+        if edit.numel():
+            self.ids[0, self.m + edit] = pred[edit]
         if remask.numel():
             self.ids[0, self.m + remask] = self.predictor.mask_id
             self.masked[remask] = True
-            if self.cache is not None:
-                self.cache.taken_back(remask)
+        if self.cache is not None and (remask.numel() or edit.numel()):
+            self.cache.taken_back(torch.cat([remask, edit]))          # stale keys and values: recompute them
         step = Step(index=len(self.trace.steps), phase=choice.phase, window=list(self.window),
                     committed=commit.tolist(), tokens=tokens.tolist(),
                     confidence=_masked_list(conf, masked), prediction=[p if keep else None
@@ -308,8 +326,8 @@ class Decoding:
                     seed_threshold=choice.seed_threshold, shortcut=sorted(choice.shortcut),
                     forward_s=round(forward_s, 6), select_s=round(select_s, 6),
                     refresh=self.cache is not None and self.cache.refreshed, remasked=remask.tolist(),
-                    token_forwards=self._token_forwards())
-        for token in set(step.prediction) - {None} - self.vocab.keys():
+                    edited=edited, token_forwards=self._token_forwards())
+        for token in (set(step.prediction) | {new for _, _, new in edited}) - {None} - self.vocab.keys():
             self.vocab[token] = self.predictor.token_text(token)
         self.trace.steps.append(step)
         self.trace.nfe = len(self.trace.steps)
@@ -362,9 +380,19 @@ def close_snapshot(predictor: MaskPredictor, trace: Trace) -> Trace:
     for step in trace.steps:
         for pos, token in zip(step.committed, step.tokens):
             response[pos] = token
+        for pos, _, token in step.edited:
+            response[pos] = token
+        for pos in step.remasked:
+            response[pos] = predictor.mask_id
         vocab.update((t, predictor.token_text(t)) for t in set(step.prediction) - {None} - vocab.keys())
     return finish(trace, predictor, response, vocab, stopped=True,
                   wall_s=sum(s.forward_s + s.select_s for s in trace.steps))
+
+
+def pass_limit(rule, gen_length: int, width: int | None) -> int:
+    """The most passes a run may take: PASS_LIMIT x gen_length, and what an editing rule may linger on each full
+    window (docs/decoding.md §3.2)."""
+    return PASS_LIMIT * gen_length + -(-gen_length // (width or gen_length)) * rule.lingering()
 
 
 def _sampler_for(rule) -> Sampler:

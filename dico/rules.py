@@ -33,6 +33,7 @@ class Scores:
     signals: dict = field(default_factory=dict)   # name -> (n,) float32, the signals asked for (``Rule.signals``)
     fixed: torch.Tensor | None = None  # (n,) bool, fixed by hand (constraints, forced tokens): never taken back
     prompt_length: int = 0             # positions before the response (Saber's published top-k runs over them too)
+    tokens: torch.Tensor | None = None  # (n,) long, the response's ids before this step (the mask id where masked)
 
     def __post_init__(self):
         if self.fixed is None:
@@ -57,6 +58,8 @@ class Choice:
     shortcut: list[int] = field(default_factory=list)   # DiCo Divide: commits above the shortcut, beside the seeds
     remask: list[int] = field(default_factory=list)     # revising rules: decoded positions taken back to the mask,
                                                         # after this step's commits (docs/decoding.md §7)
+    edit: list[int] = field(default_factory=list)       # editing rules: decoded positions whose token this pass's
+                                                        # prediction replaces (docs/decoding.md §3.2)
 
 
 class Rule:
@@ -84,8 +87,18 @@ class Rule:
         """A new window opens (the whole response in non-AR mode, the next block in semi-AR mode)."""
 
     def choose(self, s: Scores) -> Choice:
-        """The positions to commit at this step: at least one masked position of the window."""
+        """The positions to commit at this step: at least one masked position of the window (a step of a window
+        with no mask left, which only a lingering rule gets, may commit nothing)."""
         raise NotImplementedError
+
+    def lingers(self) -> bool:
+        """Whether the rule wants another pass over the current window although it has no mask left (LLaDA 2.1's
+        post-edit passes). A lingering rule bounds those passes itself (docs/decoding.md §3.2)."""
+        return False
+
+    def lingering(self) -> int:
+        """The most passes it lingers on one full window (the loop's pass limit grows by this a window)."""
+        return 0
 
 
 def steps_per_window(steps: int, gen_length: int, width: int) -> int:

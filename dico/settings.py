@@ -19,6 +19,7 @@ DEFAULT_GEN_LENGTH = 96
 DEFAULT_BLOCK_LENGTH = 32
 MAX_PROMPT_CHARS = 4000
 CACHE_KINDS = ("none", "prefix", "dual", "delayed")
+MAX_POST_EDIT_STEPS = 64    # the most passes an editing rule may linger on a full window (LLaDA 2.1 uses 16)
 
 
 class _Unset:
@@ -358,6 +359,77 @@ class SaberSettings(SamplingSettings):
                      "max(n // 2, ceil(commits / 8)) tokens a pass", range=(1, 64), step=1)
 
 
+@dataclass(frozen=True)
+class LLaDA21Settings(SamplingSettings):
+    """LLaDA 2.1's joint threshold (SGLang's ``JointThreshold``, docs/decoding.md §7.6): fill masks above one
+    threshold (mask-to-token) and replace written tokens of the window where the model now predicts another token
+    above a second (token-to-token), then keep editing a full window for up to ``max_post_edit_steps`` passes."""
+    method = "llada21"
+    speed_mode: bool = setting(False, "start from LLaDA 2.1's speed mode (threshold 0.5, edit_threshold 0.0: full "
+                               "editing, SGLang's defaults); settings given explicitly win", label="speed mode")
+    threshold: float = setting(0.7, "mask-to-token: commit every masked position of the window whose confidence is "
+                               "above this (none: the most confident one)", range=(0.0, 1.0), step=0.01,
+                               code="0.5 in SGLang's defaults (speed mode)")
+    edit_threshold: float = setting(0.5, "token-to-token: replace a written token of the window when the model "
+                                    "predicts another token there with a probability above this",
+                                    range=(0.0, 1.0), step=0.01, code="0.0 in SGLang's defaults (speed mode)")
+    max_post_edit_steps: int = setting(16, "passes that may still edit a window once it has no mask; a pass that "
+                                       "would write nothing ends the window sooner",
+                                       range=(0, MAX_POST_EDIT_STEPS), step=1)
+
+
+@dataclass(frozen=True)
+class T2MSettings(LLaDA21Settings):
+    """Token-to-mask: LLaDA 2.1's signal with the doubted token taken back to the mask instead of replaced ("remask,
+    don't replace", docs/decoding.md §7.7), so the next pass predicts it again with the position masked."""
+    method = "t2m"
+
+
+@dataclass(frozen=True)
+class HierarchySettings(SamplingSettings):
+    """dInfer's hierarchical decoder (``HierarchyDecoder``, docs/decoding.md §7.8): one token from every run of
+    adjacent masks that is sure enough, so tokens committed together lie apart."""
+    method = "hierarchy"
+    threshold: float = setting(0.9, "commit every masked position of the window whose confidence is above this",
+                               range=(0.0, 1.0), step=0.01)
+    low_threshold: float = setting(0.3, "and the most confident position of every run of adjacent masked positions, "
+                                   "when its confidence is above this (always at least the window's best)",
+                                   range=(0.0, 1.0), step=0.01, code="0.4 as its class default; 0.3 in its runs")
+
+
+@dataclass(frozen=True)
+class ProphetSettings(SamplingSettings):
+    """Prophet's early commit (``generate_earlyexit.py``, docs/decoding.md §7.9): LLaDA's low-confidence sampler
+    until the answer's top-2 logit gap is wide enough for the progress made, then every mask at once."""
+    method = "prophet"
+    steps: int = setting(0, "LLaDA's schedule: forward passes for the whole answer, split evenly over the blocks; "
+                         "0: one token a step (steps = gen_length)", range=(0, 100000), step=1)
+    early: float = setting(7.5, "commit everything left when the answer's mean top-2 logit gap reaches this in the "
+                           "first third of the steps ...", range=(0.0, 1000.0), step=0.5)
+    mid: float = setting(5.0, "... this in the second third ...", range=(0.0, 1000.0), step=0.5)
+    late: float = setting(2.5, "... and this in the last third", range=(0.0, 1000.0), step=0.5)
+    answer_start: int = setting(0, "the response offset where the watched answer starts (its authors force "
+                                "\"The answer is\" near the end of a GSM8K response and watch after it; the "
+                                "embedded model's answers start at 0)", range=(0, 4095), step=1)
+    answer_length: int = setting(5, "how many positions from answer_start the gap is averaged over (5 in its code)",
+                                 range=(1, 4096), step=1)
+
+
+@dataclass(frozen=True)
+class ReMDMSettings(SamplingSettings):
+    """ReMDM as Saber's repository runs it on LLaDA (``generate_with_remdm``, docs/decoding.md §7.10): top-k
+    commits to a share of the answer, then loops that take the least likely tokens back and commit again, then
+    top-k to the end. Non-AR only (its code ignores the block length)."""
+    method = "remdm"
+    init_unmask_ratio: float = setting(0.875, "the share of the answer committed (unmask_k a pass) before the "
+                                       "re-masking loops; gen_length x this must be a whole multiple of unmask_k",
+                                       range=(0.0, 1.0), step=0.005)
+    unmask_k: int = setting(1, "tokens committed a pass, and taken back a loop", range=(1, 4096), step=1)
+    loop_steps: int = setting(32, "re-masking loops, two passes each: take back the unmask_k written tokens the "
+                              "model now finds least likely, then commit the unmask_k most confident masks",
+                              range=(0, 100000), step=1)
+
+
 def _authors_code() -> dict:
     """The DiCo settings with which the project decodes as the authors' release does (docs/decoding.md §6.6, "Where
     the authors' code does otherwise"): every ``code=`` value recorded in DiCoSettings, so the preset cannot drift from
@@ -375,16 +447,26 @@ DiCoSettings.presets = {"authors_code": AUTHORS_CODE}
 DiCoSettings.from_dict(AUTHORS_CODE)        # every recorded code value is a value the setting accepts
 
 KLASSSettings.presets = {"gsm8k_script": {"confidence": 0.6, "kl": 0.015}}
+LLaDA21Settings.presets = {"speed_mode": {"threshold": 0.5, "edit_threshold": 0.0}}
 
 SETTINGS = {cls.method: cls for cls in (VanillaSettings, TopKSettings, FastSettings, FastFactorSettings, DiCoSettings,
-                                        EBSettings, KLASSSettings, WINOSettings, SaberSettings)}
+                                        EBSettings, KLASSSettings, WINOSettings, SaberSettings, LLaDA21Settings,
+                                        T2MSettings, HierarchySettings, ProphetSettings, ReMDMSettings)}
 METHODS = tuple(SETTINGS)
 METHOD_LABELS = {"vanilla": "Vanilla", "topk": "Top-k per step", "fast": "Fast-dLLM",
                  "fast-factor": "Fast-dLLM (factor)",
-                 "dico": "DiCo", "eb": "EB-Sampler", "klass": "KLASS", "wino": "WINO", "saber": "Saber"}
+                 "dico": "DiCo", "eb": "EB-Sampler", "klass": "KLASS", "wino": "WINO", "saber": "Saber",
+                 "llada21": "LLaDA 2.1", "t2m": "Token-to-mask", "hierarchy": "dInfer hierarchy",
+                 "prophet": "Prophet", "remdm": "ReMDM"}
 # The decoders that may take committed tokens back (a step's ``remasked``); a run of them ends at the pass limit.
-REVISING = ("wino", "saber")
-PASS_LIMIT = 4          # a run stops after PASS_LIMIT x gen_length passes, whatever its rule does (trace.limit_reached)
+REVISING = ("wino", "saber", "t2m", "remdm")
+# The decoders whose published code decodes the whole response at once (a semi-AR request is refused).
+NON_AR_ONLY = ("remdm",)
+# The decoders that may replace written tokens with others (a step's ``edited``, docs/decoding.md §3.2).
+EDITING = ("llada21",)
+# A run stops after PASS_LIMIT x gen_length passes, whatever its rule does (trace.limit_reached), plus the passes
+# an editing rule may linger on each full window (``Rule.lingering``).
+PASS_LIMIT = 4
 
 # The paper's ablations (section 5.3) as variants of DiCo's settings: label -> changed settings.
 ABLATIONS = {

@@ -4,10 +4,11 @@ The trace is the one contract between the library, the figures and the app, and 
 download and upload, so its JSON form is versioned (``schema``) and round-trips losslessly:
 ``Trace.from_json(trace.to_json()) == trace``.
 
-JSON form, ``schema = "dico-trace/3"`` (positions are response offsets 0..gen_length-1; files of
-schema 1, without the answer fields, and of schema 2, without revision, are still read)::
+JSON form, ``schema = "dico-trace/4"`` (positions are response offsets 0..gen_length-1; files of
+schema 1, without the answer fields, of schema 2, without revision, and of schema 3, without edits, are still
+read)::
 
-    {"schema": "dico-trace/3", "model": str, "method": str, "mode": "non-ar" | "semi-ar",
+    {"schema": "dico-trace/4", "model": str, "method": str, "mode": "non-ar" | "semi-ar",
      "label": str,                      # its lane's label ("Top-4 per step"); older files: the method's
      "settings": {...}, "prompt": str, "prompt_length": int, "gen_length": int,
      "block_length": int | null, "text": str, "nfe": int, "wall_s": float, "tokens_per_s": float,
@@ -21,7 +22,7 @@ schema 1, without the answer fields, and of schema 2, without revision, are stil
      "stopped": bool,                   # true when the run was cancelled before the end (then
                                         # "response" holds the mask id at undecoded positions)
      "attention": null | {...},         # optional aggregates, see AttentionStages
-     "steps": [{"index": int, "phase": "vanilla" | "fast" | "divide" | "conquer" | "finalize",
+     "steps": [{"index": int, "phase": "vanilla" | "fast" | "divide" | "conquer" | "finalize" | "edit",
                 "window": [start, end),   # positions the rule could commit at this step
                 "committed": [pos, ...], "tokens": [id, ...],
                 "confidence": [float | null] * gen_length,  # max softmax of still-masked positions
@@ -38,6 +39,8 @@ schema 1, without the answer fields, and of schema 2, without revision, are stil
                 "refresh": bool,           # this pass recomputed the whole KV cache (false without one)
                 "remasked": [pos, ...],    # revising rules (WINO, Saber): decoded positions taken back to the
                                            # mask after this step's commits (older files: [])
+                "edited": [[pos, old, new], ...],  # editing rules (LLaDA 2.1): decoded positions whose token this
+                                           # step replaced, with the token before and after (older files: [])
                 "token_forwards": int}, ...],  # positions this pass put through the model
      "token_forwards": int,             # the steps' token_forwards summed (the run's counted work)
      "limit_reached": bool,             # the run ended at the pass limit (PASS_LIMIT x gen_length) with
@@ -63,11 +66,12 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from dico.lanes import default_label, distinct_settings
-from dico.settings import SETTINGS
+from dico.settings import MAX_POST_EDIT_STEPS, SETTINGS
 
-SCHEMA = "dico-trace/3"
-READABLE_SCHEMAS = ("dico-trace/1", "dico-trace/2", SCHEMA)
-PHASES = ("vanilla", "fast", "divide", "conquer", "finalize")
+SCHEMA = "dico-trace/4"
+READABLE_SCHEMAS = ("dico-trace/1", "dico-trace/2", "dico-trace/3", SCHEMA)
+# "edit": a pass over a window with no mask left that may only edit it (LLaDA 2.1's post-edit passes)
+PHASES = ("vanilla", "fast", "divide", "conquer", "finalize", "edit")
 MODES = ("non-ar", "semi-ar")
 MAX_JSON_BYTES = 20 * 1024 * 1024
 BUNDLE_SCHEMA = "dico-bundle/1"      # the app's download: several traces of one run in one file
@@ -106,6 +110,7 @@ class Step:
     refresh: bool = False
     token_forwards: int = 0
     remasked: list[int] = field(default_factory=list)
+    edited: list[list[int]] = field(default_factory=list)     # [position, token before, token after]
 
 
 @dataclass
@@ -179,7 +184,7 @@ class Trace:
         ends masked: never committed, or taken back after its last commit)."""
         when: list[int | None] = [None] * self.gen_length
         for step in self.steps:
-            for pos in step.committed:
+            for pos in step.committed + [e[0] for e in step.edited]:
                 when[pos] = step.index
             for pos in step.remasked:
                 when[pos] = None
@@ -208,6 +213,8 @@ class Trace:
             step = self.steps[i]
             for p, t in zip(step.committed, step.tokens):
                 tokens[p] = t
+            for p, _, t in step.edited:
+                tokens[p] = t
             for p in step.remasked:
                 tokens[p] = None
         return tokens
@@ -215,6 +222,10 @@ class Trace:
     def remasks(self) -> int:
         """How many committed tokens the run took back (revising rules)."""
         return sum(len(s.remasked) for s in self.steps)
+
+    def replaced(self) -> int:
+        """How many written tokens the run replaced with others (editing rules)."""
+        return sum(len(s.edited) for s in self.steps)
 
     def answer_commits(self, step: Step) -> list[int]:
         """Positions this step committed inside the answer (before the first end-of-text)."""
@@ -331,6 +342,11 @@ def _parse_step(raw, i: int, n: int) -> Step:
     _expect(isinstance(raw.get("refresh", False), bool), f"{where}.refresh", "must be true or false")
     _expect(len(set(raw.get("remasked", []))) == len(raw.get("remasked", [])), f"{where}.remasked",
             "takes a position back twice")
+    edited = raw.get("edited", [])
+    _expect(isinstance(edited, list) and all(isinstance(e, list) and len(e) == 3 and all(_is_int(v) for v in e)
+                                             and 0 <= e[0] < n and e[1] != e[2] and min(e[1:]) >= 0 for e in edited),
+            f"{where}.edited", "must be a list of [position, token before, token after] (two different token ids)")
+    _expect(len({e[0] for e in edited}) == len(edited), f"{where}.edited", "edits a position twice")
     _expect(_is_int(raw.get("token_forwards", 0)) and raw.get("token_forwards", 0) >= 0, f"{where}.token_forwards",
             "must be a non-negative integer")
     _expect(raw.get("seed_threshold") is None or _is_num(raw["seed_threshold"]), f"{where}.seed_threshold",
@@ -361,7 +377,9 @@ def _parse_trace(data) -> Trace:
     _expect(_is_int(data["nfe"]) and data["nfe"] >= 0, "trace.nfe", "must be a non-negative integer")
     for key in ("wall_s", "tokens_per_s"):
         _expect(_is_num(data[key]) and data[key] >= 0, f"trace.{key}", "must be a non-negative number")
-    _expect(isinstance(data["steps"], list) and len(data["steps"]) <= MAX_STEPS_PER_POSITION * n,
+    windows = -(-n // data["block_length"]) if _is_int(data.get("block_length")) and data["block_length"] > 0 else 1
+    _expect(isinstance(data["steps"], list)
+            and len(data["steps"]) <= MAX_STEPS_PER_POSITION * n + windows * (MAX_POST_EDIT_STEPS + 1),
             "trace.steps", "must be a list of steps")
     vocab = data.get("vocab", {})
     _expect(isinstance(vocab, dict) and all(isinstance(v, str) for v in vocab.values()), "trace.vocab",
@@ -458,8 +476,12 @@ def _check_story(trace: Trace) -> None:
                 "must be null exactly at positions decoded before this step")
         _expect(len(set(step.committed)) == len(step.committed) and not decoded & set(step.committed),
                 f"{where}.committed", "commits a position twice")
-        _expect(all(step.window[0] <= p < step.window[1] or p in taken_back for p in step.committed),
+        finishes = len(decoded) + len(step.committed) == trace.gen_length      # an early commit of all that is left
+        _expect(finishes or all(step.window[0] <= p < step.window[1] or p in taken_back for p in step.committed),
                 f"{where}.committed", "positions must lie inside the step's window")
+        edited = {e[0] for e in step.edited}
+        _expect(edited <= decoded - set(step.remasked), f"{where}.edited",
+                "must list positions decoded before the step and kept by it")
         decoded.update(step.committed)
         _expect(set(step.remasked) <= decoded, f"{where}.remasked", "must list positions decoded after the step")
         decoded.difference_update(step.remasked)

@@ -1,0 +1,138 @@
+"""Decoders the field moved to after the paper, as rules over the one loop (docs/decoding.md §7.8-7.10): dInfer's
+hierarchical decoder (one token from each sure run of masks), Prophet's early commit (everything at once when the
+answer's logit gap is wide) and ReMDM as Saber's repository runs it (take the least likely tokens back and decode
+them again). LLaDA 2.1's editing rules are in ``dico.editing``.
+
+Each is written from its published code's behaviour (read, not copied; the sources are named in docs/decoding.md);
+ties go to the lower position as everywhere, but ReMDM, which takes among exactly equal values what its code's
+``torch.topk`` takes, as Saber does (``_saber_topk``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from dico.field_rules import _saber_topk
+from dico.rules import Choice, Rule, Schedule, Scores, top1, top_ranked
+from dico.settings import HierarchySettings, ProphetSettings, ReMDMSettings
+
+
+def mask_runs(allowed: torch.Tensor) -> list[tuple[int, int]]:
+    """[start, end) of every maximal run of adjacent True positions."""
+    edges = torch.diff(allowed.int(), prepend=allowed.new_zeros(1).int(), append=allowed.new_zeros(1).int())
+    starts, ends = torch.nonzero(edges == 1).flatten(), torch.nonzero(edges == -1).flatten()
+    return list(zip(starts.tolist(), ends.tolist()))
+
+
+@dataclass
+class Hierarchy(Rule):
+    """dInfer's hierarchical decoder (§7.8): the most confident position of every run of adjacent masked positions
+    of the window whose best confidence is above ``low_threshold`` (every position sharing that best value), every
+    masked position above ``threshold``, and always the window's most confident one. Tokens committed together
+    then lie in different runs, with written tokens between them. No state across steps."""
+    settings: HierarchySettings = field(default_factory=HierarchySettings)
+
+    def choose(self, s: Scores) -> Choice:
+        cand = s.candidates()
+        conf = torch.where(cand, s.conf, torch.full_like(s.conf, -math.inf))
+        picked = cand & (conf > self.settings.threshold)
+        for start, end in mask_runs(cand):
+            best = conf[start:end].max()
+            if best > self.settings.low_threshold:
+                picked[start:end] |= conf[start:end] == best
+        picked[top1(s.conf, cand)] = True
+        return Choice(torch.nonzero(picked).flatten().tolist(), "fast")
+
+
+@dataclass
+class Prophet(Rule):
+    """Prophet (§7.9): LLaDA's low-confidence sampler (``steps`` over the blocks, one token a step by default), and
+    before each step's commits the mean top-2 logit gap over the answer's first ``answer_length`` positions from
+    ``answer_start``; once it reaches the gap for the progress made (step / steps, this step counted: ``early``
+    before a third, ``mid`` before two thirds, ``late`` after), every mask of the response takes this pass's
+    prediction and the run ends."""
+    settings: ProphetSettings = field(default_factory=ProphetSettings)
+
+    def __post_init__(self):
+        self.schedule = Schedule(self.settings.steps)
+        self.total, self.step = 0, 0
+
+    def plan(self, gen_length: int, width: int) -> None:
+        self.schedule.plan(gen_length, width)
+        self.total = self.settings.steps or gen_length
+
+    def start(self, window) -> None:
+        self.schedule.start()
+
+    def choose(self, s: Scores) -> Choice:
+        self.step += 1
+        if self._exits(s.margin):
+            return Choice(torch.nonzero(s.masked).flatten().tolist(), "fast")
+        cand = s.candidates()
+        i, steps = self.schedule.tick(s.window)
+        return Choice(top_ranked(s.conf, cand, self.schedule.even(i, steps, int(cand.sum()))), "vanilla")
+
+    def _exits(self, margin: torch.Tensor) -> bool:
+        start = self.settings.answer_start
+        watched = margin[start:start + self.settings.answer_length]
+        if not watched.numel():
+            return False
+        progress = self.step / (self.total or 1)
+        gap = self.settings.early if progress < 0.33 else self.settings.mid if progress < 0.67 else self.settings.late
+        return float(watched.double().mean()) >= gap
+
+
+@dataclass
+class ReMDM(Rule):
+    """ReMDM as Saber's repository runs it (§7.10), non-AR: ``unmask_k`` commits a pass (the most confident masks)
+    until ``init_unmask_ratio`` of the response is written; then ``loop_steps`` loops of two passes, the first
+    taking back the ``unmask_k`` written tokens the model now gives the lowest probability, the second committing
+    the ``unmask_k`` most confident masks; then ``unmask_k`` a pass to the end. Among exactly equal values it takes
+    what its code's ``torch.topk`` takes over the whole sequence (``_saber_topk``)."""
+    settings: ReMDMSettings = field(default_factory=ReMDMSettings)
+    signals = ("token_prob",)
+
+    def __post_init__(self):
+        self.initial, self.loops, self.take_back, self.remasked = 0, self.settings.loop_steps, True, 0
+
+    def lingers(self) -> bool:
+        return self.initial == 0 and self.loops > 0      # its loops run even on a response with no mask left
+
+    def lingering(self) -> int:
+        return 2 * self.settings.loop_steps
+
+    def plan(self, gen_length: int, width: int) -> None:
+        cfg = self.settings
+        if width != gen_length:
+            raise ValueError("mode: ReMDM decodes the whole response at once (its code ignores the block length); "
+                             "use mode non-ar")
+        initial = gen_length * cfg.init_unmask_ratio
+        if abs(initial - round(initial)) > 1e-9 or round(initial) % cfg.unmask_k or gen_length % cfg.unmask_k:
+            raise ValueError(f"init_unmask_ratio: gen_length {gen_length} x {cfg.init_unmask_ratio} must be a whole "
+                             f"number of tokens, and it and gen_length multiples of unmask_k ({cfg.unmask_k}), as "
+                             "its code asserts")
+        self.initial = round(initial) // cfg.unmask_k
+
+    def choose(self, s: Scores) -> Choice:
+        k, cand = self.settings.unmask_k, s.candidates()
+        if self.initial > 0:
+            self.initial -= 1
+            return Choice(self._top(s, cand, k), "vanilla")
+        written = ~s.masked & ~s.fixed
+        while self.loops > 0 and self.take_back and not bool(written.any()):
+            self.loops -= 1                                  # its code skips a loop with nothing written
+        if self.loops > 0 and self.take_back:
+            self.take_back, count = False, min(k, int(written.sum()))
+            self.remasked = count
+            return Choice([], "vanilla", remask=_saber_topk(s.signals["token_prob"], written, count, False,
+                                                            s.prompt_length))
+        if self.loops > 0:
+            self.loops, self.take_back = self.loops - 1, True
+            return Choice(self._top(s, cand, self.remasked), "vanilla")
+        return Choice(self._top(s, cand, k), "vanilla")
+
+    @staticmethod
+    def _top(s: Scores, cand: torch.Tensor, k: int) -> list[int]:
+        return _saber_topk(s.conf, cand, min(k, int(cand.sum())), True, s.prompt_length)

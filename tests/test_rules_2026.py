@@ -1,0 +1,188 @@
+"""The decoders of 2026 (docs/decoding.md §3.2, §7.6-7.10): LLaDA 2.1's joint threshold replaces written tokens,
+token-to-mask takes them back instead, dInfer's hierarchy commits one token a sure run of masks, Prophet commits
+everything once the answer's logit gap is wide, ReMDM takes the least likely tokens back in loops. Each rule's
+choice on scripted scores, then the loop's promises on the embedded model (edits recorded and replayed, a cache
+refreshed every pass decodes exactly as none, fixed tokens never edited)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dico
+from dico import Trace, generate
+from dico.forking import fork
+from dico.rules import Scores
+from standins import MASK_ID, rule
+
+TEAM = "We have bikes, drums and bats. Pick two of them."
+WORD = "Jeremiah counts 18 plums. He finds 4 more. How many plums does Jeremiah have now?"
+
+
+def written(conf, pred, tokens, *, masked=(), fixed=(), window=None) -> Scores:
+    """Scores of a response whose ``tokens`` are written (but at ``masked``), the model predicting ``pred``."""
+    n = len(conf)
+    is_masked = torch.zeros(n, dtype=torch.bool)
+    is_masked[list(masked)] = True
+    is_fixed = torch.zeros(n, dtype=torch.bool)
+    is_fixed[list(fixed)] = True
+    ids = torch.tensor(tokens)
+    ids[is_masked] = MASK_ID
+    return Scores(conf=torch.tensor(conf, dtype=torch.float32), pred=torch.tensor(pred), margin=torch.zeros(n),
+                  masked=is_masked, window=window or (0, n), fixed=is_fixed, tokens=ids)
+
+
+# ------------------------------------------------------------------------------------------ LLaDA 2.1
+
+def test_llada21_fills_masks_above_its_threshold_and_replaces_confident_disagreements_in_the_same_pass():
+    joint = rule("llada21")                                  # quality mode: 0.7 / 0.5
+    joint.start((0, 5))
+    # written 5 1 2 _ _; the model predicts 5 6 7 8 9 at 0.9 0.6 0.8 0.4 0.95 and 0.45 at the last written one
+    choice = joint.choose(written([0.9, 0.6, 0.8, 0.4, 0.95], [5, 6, 7, 8, 9], [5, 1, 2, 3, 4], masked=[3, 4]))
+    assert choice.commit == [4]                              # 0.95 > 0.7; position 3 (0.4) waits
+    assert choice.edit == [1, 2]                             # 6 over 1 (0.6), 7 over 2 (0.8): both above 0.5
+    assert choice.phase == "fast"
+    choice = rule("llada21").choose(written([0.9, 0.45, 0.8, 0.4, 0.6], [5, 6, 7, 8, 9], [5, 1, 2, 3, 4],
+                                            masked=[3, 4]))
+    assert choice.commit == [4] and choice.edit == [2]       # none above 0.7: the best mask; 0.45 is not > 0.5
+
+
+def test_llada21_never_edits_a_fixed_token_or_one_outside_its_window():
+    joint = rule("llada21")
+    joint.start((2, 4))
+    choice = joint.choose(written([0.99] * 6, [9] * 6, [1, 2, 3, 4, 5, 6], masked=[3], fixed=[2], window=(2, 4)))
+    assert choice.commit == [3] and choice.edit == []
+
+
+def test_llada21_lingers_on_a_full_window_for_its_post_edit_passes_then_ends_it_without_a_write():
+    joint = rule("llada21", max_post_edit_steps=2)
+    joint.start((0, 2))
+    disagree = written([0.9, 0.9], [7, 8], [1, 2])            # no mask left, two confident disagreements
+    assert joint.lingers()
+    assert joint.choose(disagree).edit == [0, 1] and joint.lingers()       # post-edit pass 1
+    assert joint.choose(disagree).edit == [0, 1] and joint.lingers()       # post-edit pass 2
+    last = joint.choose(disagree)                                          # pass 3 > 2: ends, writes nothing
+    assert (last.commit, last.edit, last.phase) == ([], [], "edit") and not joint.lingers()
+
+
+def test_llada21_ends_a_full_window_on_the_first_pass_that_would_write_nothing():
+    joint = rule("llada21")
+    joint.start((0, 2))
+    agree = written([0.9, 0.9], [1, 2], [1, 2])
+    assert joint.choose(agree).edit == [] and not joint.lingers()
+
+
+def test_llada21_speed_mode_is_sglangs_defaults_and_given_values_win():
+    assert (rule("llada21", speed_mode=True).settings.threshold, rule("llada21", speed_mode=True).settings
+            .edit_threshold) == (0.5, 0.0)
+    assert rule("llada21", speed_mode=True, threshold=0.8).settings.threshold == 0.8
+
+
+# ------------------------------------------------------------------------------------------ token-to-mask
+
+def test_t2m_takes_doubted_tokens_back_instead_of_replacing_them_within_its_budget():
+    remask = rule("t2m", max_post_edit_steps=1)
+    remask.start((0, 3))
+    choice = remask.choose(written([0.9, 0.9, 0.9], [7, 2, 9], [1, 2, 3], masked=[2]))
+    assert (choice.commit, choice.remask, choice.edit) == ([2], [0], [])
+    choice = remask.choose(written([0.9, 0.9, 0.9], [7, 8, 9], [1, 2, 3], masked=[0]))   # budget spent
+    assert (choice.commit, choice.remask) == ([0], []) and not remask.lingers()
+
+
+# ------------------------------------------------------------------------------------------ dInfer's hierarchy
+
+def test_hierarchy_commits_the_best_of_every_sure_run_of_masks_and_everything_above_its_threshold():
+    hierarchy = rule("hierarchy")                          # 0.9 / low 0.3
+    s = written([0.5, 0.4, 0.0, 0.2, 0.25, 0.0, 0.35, 0.95, 0.6], [9] * 9, [1] * 9, masked=[0, 1, 3, 4, 6, 7, 8])
+    # runs of masks: [0, 1] best 0.5 at 0; [3, 4] best 0.25 (not above 0.3); [6, 7, 8] best 0.95 at 7; 0.95 > 0.9
+    assert sorted(hierarchy.choose(s).commit) == [0, 7]
+
+
+def test_hierarchy_always_commits_the_windows_best_position():
+    s = written([0.1, 0.2, 0.15], [9] * 3, [1] * 3, masked=[0, 1, 2])
+    assert rule("hierarchy").choose(s).commit == [1]
+
+
+# ------------------------------------------------------------------------------------------ Prophet
+
+def prophet_scores(gap: float, n: int = 10, masked=None) -> Scores:
+    s = written([0.5] * n, [9] * n, [1] * n, masked=range(n) if masked is None else masked)
+    s.margin = torch.full((n,), gap)
+    return s
+
+
+def test_prophet_commits_every_mask_at_once_when_the_answers_gap_reaches_the_one_for_its_progress():
+    prophet = rule("prophet")
+    prophet.plan(10, 10)
+    prophet.start((0, 10))
+    assert len(prophet.choose(prophet_scores(7.0)).commit) == 1       # step 1 of 10: early, 7.0 < 7.5
+    assert len(prophet.choose(prophet_scores(7.0, masked=range(1, 10))).commit) == 1   # step 2: still early
+    for _ in range(2):                                                  # steps 3, 4: 3/10 early, 4/10 mid
+        prophet.choose(prophet_scores(4.9, masked=range(3, 10)))
+    exit_step = prophet.choose(prophet_scores(5.0, masked=range(5, 10)))    # step 5: mid, 5.0 >= 5.0
+    assert exit_step.commit == [5, 6, 7, 8, 9] and exit_step.phase == "fast"
+
+
+def test_prophet_watches_only_the_answer_positions_it_is_told():
+    prophet = rule("prophet", answer_start=8, answer_length=2)
+    prophet.plan(10, 10)
+    s = prophet_scores(0.0)
+    s.margin[8:] = 100.0
+    assert len(prophet.choose(s).commit) == 10
+
+
+# ------------------------------------------------------------------------------------------ ReMDM
+
+def test_remdm_commits_then_loops_taking_back_and_committing_then_finishes(predictor):
+    trace = generate(predictor, TEAM, "remdm", gen_length=16, init_unmask_ratio=0.75, loop_steps=3)
+    kinds = ["back" if s.remasked else "commit" for s in trace.steps]
+    # 12 commits to the ratio, 3 loops of (take back 1, commit 1), then the last 4 one a pass
+    assert kinds == ["commit"] * 12 + ["back", "commit"] * 3 + ["commit"] * 4
+    assert all(len(s.committed) == 1 for s in trace.steps if not s.remasked)
+    assert all(len(s.remasked) == 1 and not s.committed for s in trace.steps if s.remasked)
+    assert trace.nfe == 22 and "[MASK]" not in trace.text
+
+
+@pytest.mark.parametrize("request_, field", [(dict(mode="semi-ar", block_length=8), "mode"),
+                                             (dict(init_unmask_ratio=0.8), "init_unmask_ratio")])
+def test_remdm_refuses_what_its_code_cannot_run_before_any_pass(predictor, request_, field):
+    with pytest.raises(ValueError, match=f"^{field}:"):
+        generate(predictor, TEAM, "remdm", gen_length=16, **request_)
+
+
+# ------------------------------------------------------------------------------------------ the loop
+
+def test_an_edit_is_recorded_with_the_token_before_and_after_and_the_response_ends_with_the_new_one(predictor):
+    trace = generate(predictor, WORD, "llada21", gen_length=48)        # the shipped model edits often (docs)
+    tokens = {}
+    for step in trace.steps:
+        for p, old, new in step.edited:
+            assert tokens[p] == old != new
+        tokens.update(zip(step.committed, step.tokens))
+        tokens.update((p, new) for p, _, new in step.edited)
+    assert trace.replaced() > 0 and trace.response == [tokens[p] for p in range(48)]
+    assert Trace.from_json(trace.to_json()) == trace
+
+
+def test_a_fork_of_an_editing_run_replays_its_edits_and_never_edits_the_forced_token(predictor):
+    parent = generate(predictor, WORD, "llada21", gen_length=48)
+    at = next(s.index for s in parent.steps if s.edited)
+    child = fork(predictor, parent, at, force={0: parent.response[0]})
+    decided = lambda steps: [(s.committed, s.tokens, s.edited) for s in steps]     # noqa: E731
+    assert decided(child.steps[:at]) == decided(parent.steps[:at])
+    assert all(p != 0 for s in child.steps[at:] for p, _, _ in s.edited)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache", ["prefix", "dual", "delayed"])
+def test_with_a_refresh_every_pass_an_editing_run_decodes_exactly_as_without_a_cache(predictor, cache):
+    plain = generate(predictor, WORD, "llada21", mode="semi-ar", gen_length=32, block_length=16)
+    cached = generate(predictor, WORD, "llada21", mode="semi-ar", gen_length=32, block_length=16, cache=cache,
+                      cache_refresh=1)
+    assert [(s.committed, s.tokens, s.edited) for s in cached.steps] == \
+        [(s.committed, s.tokens, s.edited) for s in plain.steps]
+    assert plain.replaced() > 0
+
+
+def test_an_older_trace_without_edits_still_loads():
+    trace = Trace.load(dico.__path__[0] + "/../tests/golden/traces/word0-dico-non-ar.json")
+    assert all(s.edited == [] for s in trace.steps)
