@@ -116,6 +116,21 @@ def annotate_clash(predictor, trace: Trace, limit: int | None = CLASH_LIMIT) -> 
     return trace
 
 
+def marked_steps(trace: Trace) -> dict[int, float]:
+    """The steps whose measured clash is above ``CLASH_MARK`` (nats), by index: the ones the race marks; none when
+    the clash was not measured, and never a step of one token (it has no clash)."""
+    values = (trace.clash or {}).get("values") or []
+    return {k: v for k, v in enumerate(values) if v is not None and v > CLASH_MARK}
+
+
+def total_clash(trace: Trace) -> float | None:
+    """A run's clash: its steps' positive clashes summed (nats; a step's clash below 0 is noise, not a credit);
+    None when it was not measured."""
+    if trace.clash is None:
+        return None
+    return sum(v for v in trace.clash["values"] if v is not None and v > 0)
+
+
 @dataclass
 class Dependency:
     """D[a][b] (nats): how far writing masked position ``positions[a]``'s top prediction moves the model's

@@ -29,7 +29,7 @@ def about_text(traces: list[Trace], outside: str = "") -> str:
              f"{r['answer_per_step'] or '—'} | {r['tokens_per_step']} | {r['biggest'][1]} + {r['biggest'][2]} | "
              f"{r['padding_only']} |" for r in rows])
         checked = judged(traces)
-        revised = [revisions(t) for t in traces if t.remasks()]
+        revised = [revisions(t) for t in traces if t.remasks()] + [replacements(t) for t in traces if t.replaced()]
         forked = fork_story(traces)
         values["lessons"] = "\n".join(f"- {lesson(r)}" for r in rows) + (f"\n\n{checked}" if checked else "") + \
             "".join(f"\n\n{line}" for line in revised) + (f"\n\n{forked}" if forked else "") + \
@@ -65,6 +65,7 @@ def taken_back(trace: Trace) -> list[tuple[int, int, int]]:
     out = []
     for step in trace.steps:
         tokens.update(zip(step.committed, step.tokens))
+        tokens.update((p, new) for p, _, new in step.edited)
         out += [(step.index, p, tokens.pop(p)) for p in step.remasked if p in tokens]
     return out
 
@@ -91,6 +92,36 @@ def revisions(trace: Trace) -> str:
         right = tasks.check(item, trace.text)
         verdict = "so revising repaired it" if right and changed else "" if right else "not enough to repair it"
         said.append(f", and its answer is {'right' if right else 'wrong'}" + (f": {verdict}" if verdict else ""))
+    return "".join(said) + "."
+
+
+def replacements(trace: Trace) -> str:
+    """What an editing lane (LLaDA 2.1) replaced: how many tokens, how many answer positions end on another token than
+    their first commit, how many it changed more than once (back and forth), and whether its answer is right."""
+    from dico.embedded import tasks
+
+    first: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for step in trace.steps:
+        for p, t in zip(step.committed, step.tokens):
+            first.setdefault(p, t)
+        for p, _, _ in step.edited:
+            times[p] = times.get(p, 0) + 1
+    final = trace.response
+    changed = sorted(p for p in times if p < trace.answer_length and final[p] != first.get(p))
+    said = [f"**{clean(trace.label)}** replaced {trace.replaced()} written token{'s' if trace.replaced() != 1 else ''}"
+            f" in {sum(1 for s in trace.steps if s.edited)} steps"]
+    again = sum(1 for n in times.values() if n > 1)
+    if again:
+        said.append(f", {again} position{'s' if again != 1 else ''} more than once (back and forth)")
+    if changed:
+        word = lambda t: clean(trace.token_text(t).strip())      # noqa: E731
+        shown = ", ".join(f"`{word(first[p])}` → `{word(final[p])}` at {p}" for p in changed[:6])
+        said.append(f"; {len(changed)} answer position{'s' if len(changed) != 1 else ''} ended on another token than "
+                    f"first written ({shown})")
+    item = render.judged_item(trace.prompt)
+    if item is not None and not trace.stopped:
+        said.append(f", and its answer is {'right' if tasks.check(item, trace.text) else 'wrong'}")
     return "".join(said) + "."
 
 

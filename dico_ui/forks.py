@@ -289,7 +289,8 @@ def shown_fork(traces: list[Trace], fork: Trace, status: str) -> dict:
     out.update(step_run=gr.update(choices=[(f"{t.name}: {t.nfe} steps", j) for j, t in enumerate(traces)],
                                   value=len(traces) - 1),
                step=gr.update(minimum=0, maximum=max(len(fork.steps) - 1, 1), value=k, interactive=True),
-               step_view=figure("step view", visuals.step_view_figure, fork, k), step_text=render.step_html(fork, k))
+               step_view=figure("step view", visuals.step_view_figure, fork, k), step_text=render.step_html(fork, k),
+               dependency_note=render.dependency_plan(fork, k)[1])
     return out
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import gradio as gr
 
 import visuals
+from dico.observe import WITHIN, dependency, locality, stage_of
 from dico.trace import MAX_JSON_BYTES, read_traces
 from dico_ui import render, runs
 from dico_ui.limits import LIMITS
@@ -23,7 +24,7 @@ from dico_ui.outputs import RESULTS, banner, cleared, figure, friendly, results 
 from dico_ui.race import Frame, race, replay
 from dico_ui.request import CONTROLS, RunRequest, api_request, check, page_request
 from dico_ui.runs import clicked, closed, stop  # noqa: F401  (wired in dico_ui.wiring)
-from dico_ui.stream import End, Job, admitted, failure
+from dico_ui.stream import End, Job, admitted, failure, wait_turn
 from dico_ui.text import clean
 
 log = logging.getLogger("dico_ui")
@@ -66,8 +67,9 @@ class RunJob(Job):
     def drawn(self, frame: Frame, end: End) -> dict:
         mark_warm(self.req.model)
         traces = frame.traces
-        if not end.failed and not self.cold:
-            runs.paced(end.seconds, sum(t.nfe for t in traces), traces[0].prompt_length + self.req.gen_length)
+        if not end.failed and not self.cold:            # a measured clash's passes took time too
+            passes = sum(t.nfe + (t.clash or {}).get("passes", 0) for t in traces)
+            runs.paced(end.seconds, passes, traces[0].prompt_length + self.req.gen_length)
         took = f"in {end.seconds:.1f} s on {clean(describe(self.predictor))}{self.cold}"
         return results(traces, f"{ending(frame, end)} {took}.  \n" + render.summary(traces, self.outside),
                        self.outside)
@@ -75,6 +77,11 @@ class RunJob(Job):
 
 def ending(frame: Frame, end: End) -> str:
     """How a race ended, the start of its status."""
+    if frame.measuring:                 # ended after every lane's decode, while measuring one lane's clash
+        why = (f"failed ({failure(end.failed)})" if end.failed else "stopped at the time limit ("
+               f"{LIMITS.run_seconds:.0f} s a run on this shared server)" if end.why == "time" else "stopped")
+        return (f"Measuring the clash of {clean(frame.measuring)} {why}: every lane had finished decoding; the lanes "
+                "not measured say so. Ran")
     if end.failed:
         return (f"**The run failed**: {failure(end.failed)}. The partial answers (up to step "
                 f"{max(t.nfe for t in frame.traces)}) stay on screen; press Run to try again. Ran")
@@ -96,31 +103,36 @@ def race_status(frame: Frame, where: str = "") -> str:
         state = {"decoding": "decoding", "done": "finished", "stopped": "stopped",
                  "limit": "stopped at the pass limit"}[lane.state]
         lines.append(f"{clean(lane.label)}: step {lane.k + 1}, {state}")
-    return f"Racing{' on ' + clean(where) if where else ''}: " + " · ".join(lines)
+    measuring = (f"  \nMeasuring the clash of {clean(frame.measuring)}'s steps (extra passes, apart from its "
+                 "steps)…" if frame.measuring else "")
+    return f"Racing{' on ' + clean(where) if where else ''}: " + " · ".join(lines) + measuring
 
 
 @friendly("Cannot run", page=True)
 def run_ui(request: gr.Request, prompt, model, mode, gen_length, block_length, lanes, capture_attention, *values):
     """The Run button: the lane rows (``lane_controls.collect``), then the generated settings controls' values in
-    ``request.CONTROLS`` order, then the word constraints every lane starts from ("0:The, 5:leader"; optional).
-    Lanes are named as the page names them ("Lane 2: label")."""
-    settings, constraints = values[:len(CONTROLS)], (values[len(CONTROLS):] or ("",))[0]
+    ``request.CONTROLS`` order, then the word constraints every lane starts from ("0:The, 5:leader"; optional) and
+    whether to measure each lane's clash after the decode (optional, off). Lanes are named as the page names them
+    ("Lane 2: label")."""
+    settings, rest = values[:len(CONTROLS)], dict(zip(("constraints", "measure_clash"), values[len(CONTROLS):]))
     yield from admitted(request, lambda: RunJob(page_request(prompt, model, mode, gen_length, block_length, lanes,
-                                                             capture_attention, settings, constraints)), True, "run")
+                                                             capture_attention, settings, **rest)), True, "run")
 
 
 @friendly("Cannot run")
 def run_api(request: gr.Request, prompt, model, mode, gen_length, block_length, methods, settings, capture_attention,
-            constraints=None):
+            constraints=None, measure_clash=False):
     """API ``/run``: ``methods`` per lane a method or ``{"method", "label", "settings"}`` (at most 6, two may share
     a method); ``settings`` one JSON object (or its text) per method, which its lanes start from; ``constraints``
-    words fixed before decoding, every lane starting from them ("0:The, 5:leader" or {"0": "The"}; "" none)::
+    words fixed before decoding, every lane starting from them ("0:The, 5:leader" or {"0": "The"}; "" none);
+    ``measure_clash`` each lane's clash a step after the decode (``trace.clash``; extra passes)::
 
         Client(url).predict(prompt, "dico-tiny", "non-ar", 96, 32, ["vanilla", {"method": "topk", "settings":
                             {"k": 4}}, "fast"], {"fast": {"threshold": 0.9}}, True, "0:The", api_name="/run")
     """
     yield from admitted(request, lambda: RunJob(api_request(prompt, model, mode, gen_length, block_length, methods,
-                                                            settings, capture_attention, constraints)), False, "run")
+                                                            settings, capture_attention, constraints, measure_clash)),
+                        False, "run")
 
 
 # ============================================================================ replays, step view, models
@@ -192,11 +204,13 @@ def _trace_at(traces, run_index):
 
 
 def _step(trace, k) -> dict:
+    """The step view at step ``k``; a dependency map of another step goes, and what one here would cost is said."""
     if trace is None or not trace.steps:
-        return {"step_view": None, "step_text": render.step_html(trace, 0)}
+        return {"step_view": None, "step_text": render.step_html(trace, 0), "dependency": None, "dependency_note": ""}
     k = max(0, min(int(k or 0), len(trace.steps) - 1))
     return {"step_view": figure("step view", visuals.step_view_figure, trace, k),
-            "step_text": render.step_html(trace, k)}
+            "step_text": render.step_html(trace, k), "dependency": None,
+            "dependency_note": render.dependency_plan(trace, k)[1]}
 
 
 def show_step(run_index, k, traces) -> dict:
@@ -212,6 +226,56 @@ def choose_run(run_index, traces) -> dict:
         return {}
     last = max(len(trace.steps) - 1, 0)
     return {"step": gr.update(maximum=max(last, 1), value=0, interactive=bool(last)), **_step(trace, 0)}
+
+
+@gpu
+def measure_dependency(trace, at: int):
+    """The dependency map's model call (on ZeroGPU in a worker process: a trace pickles, and what comes back)."""
+    return dependency(get_predictor(trace.model), trace, at)
+
+
+@friendly("Cannot map the dependency", page=True)
+def dependency_map(request: gr.Request, run_index, k, traces):
+    """The step view's dependency map before step ``k`` (``dico.observe.dependency``): one forward pass per masked
+    position, refused above ``LIMITS.dependency_masked`` of them; it waits for a decoder in the line of runs as a run
+    does (Stop leaves the line), saying so under the map, and never changes the run."""
+    trace = _trace_at(traces, run_index)
+    if trace is None:
+        raise ValueError(EXPIRED)
+    k = max(0, min(int(k or 0), len(trace.steps) - 1))
+    passes, said = render.dependency_plan(trace, k)
+    if not passes:
+        raise ValueError(said or "this run has no steps")
+    session = runs.session_of(request)
+    ticket = runs.LINE.join(session)
+    if ticket is None:
+        raise ValueError(runs.busy())
+    try:
+        if not (yield from _under_the_map(wait_turn(session, time.monotonic(), ticket))):
+            return
+        yield {"dependency_note": f"Mapping the dependency before step {k}: {passes} forward passes…"}
+        started = time.perf_counter()
+        found = measure_dependency(trace, k)
+        seconds = time.perf_counter() - started
+    finally:
+        runs.LINE.leave(ticket)
+    near = locality(found.positions, found.matrix, WITHIN, among=set(range(trace.answer_length)))
+    where = (f" Among the answer's masked positions, {near.within:.0%} of it lies within {WITHIN} positions (an even "
+             f"spread would put {near.even:.0%} there), at a mean distance of {near.mean_distance:.1f} positions; "
+             f"{near.total:.1f} nats in all." if near is not None else "")
+    yield {"dependency": figure("dependency", visuals.dependency_figure, trace, k, found.positions, found.matrix),
+           "dependency_note": f"Dependency before step {k} of {clean(trace.name)} ({stage_of(trace, k)} stage): "
+                              f"{found.passes} forward passes, apart from the run's steps, in {seconds:.1f} s.{where}"}
+
+
+def _under_the_map(waiting):
+    """The line's words while the map waits for a decoder, said under the map (the status keeps the run's own);
+    what the wait returns (whether to go on) is returned."""
+    try:
+        while True:
+            yield {"dependency_note": next(waiting)["status"]}
+    except StopIteration as done:
+        return done.value
 
 
 PLAY, PAUSE = "▶ Play", "⏸ Pause"

@@ -12,6 +12,7 @@ import gradio as gr
 
 import visuals
 from dico.models import EMBEDDED_NAME
+from dico.observe import CLASH_LIMIT, CLASH_MARK
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, MODES, SETTINGS
 from dico_ui import forks, lane_controls
 from dico_ui import handlers as h
@@ -171,6 +172,11 @@ def lanes_column() -> dict:
     c["slots"] = lane_controls.build()
     c["capture_attention"] = gr.Checkbox(True, label="capture attention (DiCo run)",
                                          info="record attention maps when the model returns them")
+    c["measure_clash"] = gr.Checkbox(False, label="Measure the clash of each step (extra passes)",
+                                     elem_id="measure-clash",
+                                     info=f"after the decode, which it never changes: a step that committed several "
+                                          f"tokens costs a pass a token (at most {CLASH_LIMIT}); a clash above "
+                                          f"{CLASH_MARK:g} nat is marked in the race")
     with gr.Accordion("Settings (generated from dico/settings.py)", open=False, elem_id="settings"):
         gr.Markdown("Checked when you press Run: a value outside its range is reported, never clamped.")
         c["controls"] = [setting_control(group, spec) for group, spec in CONTROLS]
@@ -200,6 +206,7 @@ def result_tabs() -> dict:
             gr.Markdown("Where the still-masked positions of the DiCo run look, early, midway and late in "
                         "decoding (averaged over layers and heads). Key 0 is the whole prompt.")
             c["attention"] = gr.Plot(show_label=False, elem_id="attention-plot")
+            c["locality"] = gr.Markdown(elem_id="attention-locality")
         with gr.Tab("Step by step", id="step-tab") as tab:
             tabs.append(tab)
             c |= step_view()
@@ -219,6 +226,12 @@ def step_view() -> dict:
         c["play"] = gr.Button(h.PLAY, elem_id="play", scale=1, min_width=100)
     c["step_text"] = gr.HTML(elem_id="step-text", padding=False)
     c["step_view"] = gr.Plot(show_label=False, elem_id="step-plot")
+    with gr.Row(equal_height=False, elem_id="dependency-row"):
+        c["dependency_button"] = gr.Button("Map the dependency at this step (a pass per masked position)",
+                                           elem_id="dependency-button", size="sm", scale=1, min_width=200)
+        with gr.Column(scale=3, min_width=240):
+            c["dependency_note"] = gr.Markdown(elem_id="dependency-note")
+    c["dependency"] = gr.Plot(show_label=False, elem_id="dependency-plot")
     c |= forks.fork_panel()
     c["timer"] = gr.Timer(0.7, active=False)
     return c
@@ -238,6 +251,7 @@ def api_inputs() -> dict:
     inside gradio, with a logged traceback and gradio's wording instead of the library's)."""
     return {"api_run": [gr.Textbox(visible=False), gr.Textbox(visible=False), gr.Textbox(visible=False),
                         gr.Number(visible=False), gr.Number(visible=False), gr.JSON(visible=False),
-                        gr.JSON(visible=False), gr.Checkbox(visible=False), gr.Textbox("", visible=False)],
+                        gr.JSON(visible=False), gr.Checkbox(visible=False), gr.Textbox("", visible=False),
+                        gr.Checkbox(False, visible=False)],
             "api": gr.Button(visible=False), "api_file": gr.File(visible=False, type="filepath"),
             "api_replay": gr.Button(visible=False)} | forks.api_inputs()

@@ -19,7 +19,8 @@ from dico_ui.text import clean
 
 log = logging.getLogger("dico_ui")
 RESULTS = ("status", "answers", "trajectory", "phases", "clusters", "side_by_side", "masked", "table", "attention",
-           "step_run", "step", "step_view", "step_text", "download", "about", "traces")
+           "locality", "step_run", "step", "step_view", "step_text", "dependency", "dependency_note", "download",
+           "about", "traces")
 
 
 # ============================================================================ errors
@@ -78,8 +79,9 @@ def figure(name: str, fn, *args):
 def cleared(status: str) -> dict:
     """Every result output emptied: a new run never shows the previous run's figures."""
     return dict(status=status, answers="", trajectory=None, phases=None, clusters=None, side_by_side=None,
-                masked=None, table=render.table_frame([]), attention=None, step_run=gr.update(choices=[], value=None),
-                step=gr.update(value=0, maximum=1, interactive=False), step_view=None, step_text="", download=None,
+                masked=None, table=render.table_frame([]), attention=None, locality="",
+                step_run=gr.update(choices=[], value=None), step=gr.update(value=0, maximum=1, interactive=False),
+                step_view=None, step_text="", dependency=None, dependency_note="", download=None,
                 about=about_text([]), traces=[])
 
 
@@ -98,12 +100,14 @@ def results(traces: list[Trace], status: str, outside: str = "") -> dict:
         masked=figure("masked fraction", visuals.comparison_figure, traces),
         table=render.table_frame(traces),
         attention=figure("attention", visuals.attention_figure, with_attention),
+        locality=render.attention_locality_md(with_attention),
         step_run=gr.update(choices=[(f"{t.name}: {t.nfe} steps", j) for j, t in enumerate(traces)],
                            value=traces.index(main)),
         # the step view opens on the first step (the whole response still to decide); the last one is nearly empty
         step=gr.update(minimum=0, maximum=max(last, 1), value=0, interactive=bool(last)),
         step_view=figure("step view", visuals.step_view_figure, main, 0) if main.steps else None,
-        step_text=render.step_html(main, 0), download=write_bundle(traces), about=about_text(traces, outside),
+        step_text=render.step_html(main, 0), dependency=None, dependency_note=render.dependency_plan(main, 0)[1],
+        download=write_bundle(traces), about=about_text(traces, outside),
         traces=traces)
 
 

@@ -3,8 +3,10 @@ same time, interleaved one step of each in turn (round-robin), so each round is 
 still running and the step counters stay comparable. Two lanes may share a method. A lane ends when the loop closes
 its trace: every position decoded ("done"), or the loop's pass limit reached ("limit": a rule that keeps taking
 tokens back); the others go on. Stop closes every method's step generator, leaving partial traces marked
-``stopped``. A fork races the same way (``interleave``), one lane beside the finished runs on screen; a replay walks
-saved traces through the same frames.
+``stopped``. Asked to (``RunRequest.measure_clash``), a race that ended on its own then measures each lane's clash a
+step (``dico.observe.annotate_clash``): extra passes after the decode, never part of it. A fork races the same
+way (``interleave``), one lane beside the finished runs on screen; a replay walks saved traces through the same
+frames.
 
 Whoever drives the race stops it by closing it between frames (``settle`` then finishes the last frame): that
 works the same when the race runs in a worker process (ZeroGPU), where closing the stream there closes the
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 from dico.loop import close_snapshot, decode
 from dico.models import MaskPredictor
+from dico.observe import annotate_clash
 from dico.trace import Trace
 from dico_ui.request import RunRequest
 
@@ -43,6 +46,7 @@ class Frame:
     round: int                      # forward passes of the longest-running method so far
     finished: bool = False
     stopped: bool = False
+    measuring: str | None = None    # the label of the lane whose clash is being measured (the decode is over)
 
     @property
     def traces(self) -> list[Trace]:
@@ -64,7 +68,8 @@ def race(predictor: MaskPredictor, req: RunRequest, should_stop: Callable[[], bo
     """Decode the request's lanes interleaved step by step; a frame after every round, the last one ``finished``.
 
     ``should_stop`` is asked between steps; closing this generator (the server cancelled the request) stops
-    every lane as well. Attention maps are captured for the first DiCo lane only.
+    every lane as well. Attention maps are captured for the first DiCo lane only. With ``req.measure_clash``, the
+    lanes' clash is measured once every lane ended (``measured``), before the last frame.
     """
     lanes = [LaneRun(lane.method, lane.label) for lane in req.lanes]
     attend = next((i for i, lane in enumerate(lanes) if lane.method == "dico"), None)
@@ -73,7 +78,22 @@ def race(predictor: MaskPredictor, req: RunRequest, should_stop: Callable[[], bo
         options = req.options(lane)
         options["capture_attention"] = options["capture_attention"] and i == attend and predictor.supports_attention
         runs[i] = decode(predictor, req.prompt, lane.method, **options)
-    yield from interleave(lanes, runs, should_stop)
+    for frame in interleave(lanes, runs, should_stop):
+        if frame.finished and req.measure_clash and not frame.stopped:
+            yield from measured(predictor, frame)
+        else:
+            yield frame
+
+
+def measured(predictor: MaskPredictor, frame: Frame) -> Iterator[Frame]:
+    """The clash of each lane that ended on its own, a lane at a time (a frame before each, so the driver can stop
+    it between lanes), then ``frame``. Its passes go to ``Trace.clash``, apart from the lane's NFE; the steps and
+    the text stay as decoded."""
+    for lane in frame.lanes:
+        if lane.trace is not None and lane.state in ("done", "limit"):
+            yield Frame(frame.lanes, frame.round, measuring=lane.label)
+            annotate_clash(predictor, lane.trace)
+    yield frame
 
 
 def interleave(lanes: list[LaneRun], runs: dict[int, Iterator], should_stop: Callable[[], bool] = lambda: False) \
@@ -106,7 +126,8 @@ def interleave(lanes: list[LaneRun], runs: dict[int, Iterator], should_stop: Cal
                         raise
                     raise LaneFailed(lane.label, lane.k + 2, exc) from exc
                 lane.label, lane.k = lane.trace.name, step.index
-                if step.unmasked_fraction >= 1.0 or lane.trace.limit_reached:   # the loop closed the trace
+                if lane.trace.response:             # the loop closed the trace (an editing rule lingers on a
+                                                    # full response first; the pass limit closes it too)
                     runs.pop(i).close()
                     lane.state = end_state(lane.trace)
                     own_time(lane.trace)
@@ -146,7 +167,7 @@ def settle(frame: Frame, predictor: MaskPredictor) -> Frame:
             lane.state = "stopped"
         if lane.trace is not None and not lane.trace.response:
             own_time(close_snapshot(predictor, lane.trace))
-    return Frame(frame.lanes, frame.round, finished=True, stopped=True)
+    return Frame(frame.lanes, frame.round, finished=True, stopped=True, measuring=frame.measuring)
 
 
 def replay(traces: list[Trace]) -> Iterator[Frame]:

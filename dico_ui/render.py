@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dico.observe import CLASH_MARK, WITHIN, attention_locality, marked_steps, total_clash
 from dico.settings import METHOD_LABELS
-from dico.trace import END_TEXTS, Trace
+from dico.trace import END_TEXTS, STAGES, Trace
+from dico_ui.limits import LIMITS
 from dico_ui.text import clean, example_item, isolated, prose
 from visuals import METHOD_COLORS, reference, run_colors
 
@@ -18,6 +20,7 @@ from visuals import METHOD_COLORS, reference, run_colors
 VIRIDIS = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0.75, (94, 201, 98)),
            (1.0, (253, 231, 37)))
 MASK_SYMBOL = "▢"
+MARK = f"{CLASH_MARK:g} nat" + ("" if CLASH_MARK == 1 else "s")     # the clash a step is marked above, in words
 
 
 def label(method: str) -> str:
@@ -45,14 +48,16 @@ class Cell:
     step: int | None          # index of the step that committed it
     padding: bool             # at or after the answer's end (the first committed end-of-text)
     revised: str | None = None  # the text step k took back to the mask here (a revising rule), else None
+    clash: float | None = None  # the clash of the step that committed it, when above CLASH_MARK (measured)
+    replaced: str | None = None  # the text step k replaced here with another token (an editing rule), else None
 
 
 def cells(trace: Trace, k: int, token_text: Callable[[int], str] | None = None) -> list[Cell]:
-    """The response after step index ``k`` (-1: before the first step); a step's take-backs (``Step.remasked``,
-    applied after its commits) mask a position again."""
+    """The response after step index ``k`` (-1: before the first step); a step's edits (``Step.edited``) write
+    another token, its take-backs (``Step.remasked``, applied after its commits and edits) mask a position again."""
     text_of = token_text or trace.token_text
     k = min(k, len(trace.steps) - 1)
-    token, when, conf, back = {}, {}, {}, {}
+    token, when, conf, back, swapped = {}, {}, {}, {}, {}
     for step in trace.steps[:k + 1]:
         written, taken = trace.edits_at(step.index)     # by hand before this step: constraints, a fork's edits
         for p, t in written.items():
@@ -61,14 +66,19 @@ def cells(trace: Trace, k: int, token_text: Callable[[int], str] | None = None) 
             token.pop(p, None), when.pop(p, None), conf.pop(p, None)
         for p, t in zip(step.committed, step.tokens):
             token[p], when[p], conf[p] = t, step.index, step.confidence[p]
+        swapped = {p: old for p, old, _ in step.edited}
+        for p, _, new in step.edited:                   # the commit confidence stays the one it was written with
+            token[p], when[p] = new, step.index
         back = {p: token.pop(p) for p in getattr(step, "remasked", None) or [] if p in token}
         for p in back:
             del when[p], conf[p]
     current = trace.steps[k].confidence if k >= 0 else [None] * trace.gen_length
     texts = {p: text_of(t) for p, t in token.items()}
     end = min((p for p, s in texts.items() if s.strip() in END_TEXTS), default=trace.gen_length)
+    marked = marked_steps(trace)
     return [Cell(p, texts.get(p), conf.get(p, current[p]), when.get(p), p >= end,
-                 text_of(back[p]) if p in back else None) for p in range(trace.gen_length)]
+                 text_of(back[p]) if p in back else None, marked.get(when.get(p)),
+                 text_of(swapped[p]) if p in swapped and p in token else None) for p in range(trace.gen_length)]
 
 
 def answer_complete(trace: Trace, k: int, token_text=None) -> int | None:
@@ -97,8 +107,15 @@ def _cell_html(c: Cell, k: int) -> str:
                 f'step {c.step} with confidence {c.conf:.2f}"></span>')
     bg, fg = conf_color(c.conf)
     space = " " if c.text[:1].isspace() else ""
-    return (f'{space}<span class="tok{new}" style="background:{bg};color:{fg}" title="position {c.pos}: '
-            f'committed at step {c.step} with confidence {c.conf:.2f}">{clean(c.text.strip())}</span>')
+    if c.replaced is not None:              # replaced at this step: the old token struck through, then the new one
+        old = clean(c.replaced.strip())
+        return (f'{space}<span class="tok revised" title="position {c.pos}: replaced at step {k}"><s>{old or "␣"}</s>'
+                f'</span><span class="tok edited new" title="position {c.pos}: written at step {k} in place of '
+                f'{old!r}">{clean(c.text.strip())}</span>')
+    clash = "" if c.clash is None else f"; step {c.step} clashed: {c.clash:+.1f} nats"
+    return (f'{space}<span class="tok{new}{" clash" if clash else ""}" style="background:{bg};color:{fg}" '
+            f'title="position {c.pos}: committed at step {c.step} with confidence {c.conf:.2f}{clash}">'
+            f'{clean(c.text.strip())}</span>')
 
 
 def response_html(trace: Trace, k: int, token_text=None) -> str:
@@ -149,11 +166,25 @@ def lane_html(trace: Trace, k: int, state: str, token_text=None, rank: int | Non
         flags.append(f"stopped at the pass limit (step {steps})")
     elif state == "decoding":
         flags.append('<span class="live">decoding…</span>')
+    if trace.clash is not None:
+        flags.append(clash_flag(trace, k))
     cls = "lane done" + (" wrong" if right is False else "") if state == "done" else "lane"
     color = color or METHOD_COLORS.get(trace.method, "#999999")
     return (f'<div class="{cls}" style="border-left-color:{color}"><div class="lane-head">'
             f'<b class="lane-label">{clean(trace.name)}</b> · '
             f'{" · ".join(flags)}</div>{response_html(trace, k, token_text)}</div>')
+
+
+def clash_flag(trace: Trace, k: int) -> str:
+    """A measured lane's word on its clash up to step index ``k``: the steps above ``CLASH_MARK`` (marked), or none."""
+    marked = {s: v for s, v in marked_steps(trace).items() if s <= k}
+    if not marked:
+        one = all(v is None for v in trace.clash["values"][:k + 1])
+        return "one token a step: no clash" if one else f"no clash above {MARK}"
+    worst = max(marked, key=marked.get)
+    where = (f"at {len(marked)} steps, the largest {marked[worst]:+.1f} nats at step {worst}" if len(marked) > 3 else
+             f"at step{'s' if len(marked) > 1 else ''} " + ", ".join(f"{s} ({v:+.1f} nats)" for s, v in marked.items()))
+    return f'<span class="clash-flag">clash above {MARK} {where}</span>'
 
 
 def lanes_html(lanes: list[tuple[Trace, int, str]], token_text=None, banner: str = "") -> str:
@@ -169,7 +200,8 @@ def lanes_html(lanes: list[tuple[Trace, int, str]], token_text=None, banner: str
                               color, right)
                     for (t, k, state), c, color, right in zip(lanes, complete, colors, rights))
     unjudged = any(state == "done" for _, _, state in lanes) and judged_item(lanes[0][0].prompt) is None
-    return f'{banner}{NOT_JUDGED if unjudged else ""}<div class="race">{cards}</div>{prose("legend.html")}'
+    legend = prose("legend.html").replace("${clash_mark}", MARK)
+    return f'{banner}{NOT_JUDGED if unjudged else ""}<div class="race">{cards}</div>{legend}'
 
 
 def judged_item(prompt: str):
@@ -217,7 +249,19 @@ def parallelism(trace: Trace) -> dict:
 
 
 TABLE_COLUMNS = ("lane", "steps (NFE)", "answer complete at step", "answer tokens", "padding tokens",
-                 "answer tokens / step", "tokens / step", "speed-up (NFE)", "speed-up (answer)", "own time (s)")
+                 "answer tokens / step", "tokens / step", "speed-up (NFE)", "speed-up (answer)", "own time (s)",
+                 f"total clash, steps above {MARK} (extra passes)")
+
+
+def clash_cell(trace: Trace) -> str:
+    """A lane's clash for the comparison: its steps' positive clashes summed, how many steps were above
+    ``CLASH_MARK``, and the passes measuring spent (apart from its NFE); "not measured" when it was not."""
+    total = total_clash(trace)
+    if total is None:
+        return "not measured"
+    marked = len(marked_steps(trace))
+    return (f"{total:.2f} nats, {marked} step{'' if marked == 1 else 's'} above {MARK} "
+            f"({trace.clash['passes']} passes)")
 
 
 def table_rows(traces: list[Trace]) -> list[list]:
@@ -231,8 +275,9 @@ def table_rows(traces: list[Trace]) -> list[list]:
 
     return [[r["label"] + (" (stopped)" if r["stopped"] else " (pass limit)" if r["limit"] else ""), r["nfe"],
              r["answer_nfe"], r["answer"], r["padding"], r["answer_per_step"], r["tokens_per_step"],
-             ratio(base["nfe"], r["nfe"]), ratio(base["answer_nfe"], r["answer_nfe"]), round(r["wall_s"], 3)]
-            for r in rows]
+             ratio(base["nfe"], r["nfe"]), ratio(base["answer_nfe"], r["answer_nfe"]), round(r["wall_s"], 3),
+             clash_cell(t)]
+            for r, t in zip(rows, traces)]
 
 
 def table_frame(traces: list[Trace]):
@@ -251,7 +296,23 @@ def step_head(trace: Trace, k: int) -> str:
             f'committed {len(trace.answer_commits(step))} '
             f'answer + {len(trace.padding_commits(step))} padding (outlined)'
             + (f' · took back {len(step.remasked)} (struck through)' if getattr(step, "remasked", None) else '')
-            + f' · clusters: {clusters}</div>')
+            + (f' · replaced {len(step.edited)} (old struck through, new in blue)' if step.edited else '')
+            + f' · clusters: {clusters} · {step_clash(trace, k)}</div>')
+
+
+def step_clash(trace: Trace, k: int) -> str:
+    """The clash of step ``k`` in words: nats (marked above ``CLASH_MARK``), no clash for a step of fewer than two
+    tokens, or not measured."""
+    if trace.clash is None:
+        return "clash not measured"
+    value, n = trace.clash["values"][k], len(trace.steps[k].committed)
+    if value is None:
+        return "one token: no clash" if n == 1 else "no clash (nothing committed)" if n == 0 else "clash: none"
+    limit = trace.clash.get("limit")
+    of = f" (its {limit} most confident of {n} tokens)" if limit and n > limit else ""
+    if value > CLASH_MARK:
+        return f'<span class="clash-flag">clash <b>{value:+.2f}</b> nats{of}, above {MARK}</span>'
+    return f"clash <b>{value:+.2f}</b> nats{of}"
 
 
 def step_html(trace: Trace | None, k: int) -> str:
@@ -292,6 +353,11 @@ def summary(traces: list[Trace], outside: str = "") -> str:
                      f"forward passes than {base['label']}.")
     if any(t.stopped for t in traces):
         parts.append("The run was stopped early: the figures show the steps taken.")
+    measured = [t for t in traces if t.clash is not None]
+    if measured:
+        parts.append(f"Measuring the clash took {sum(t.clash['passes'] for t in measured)} passes after the decode, "
+                     f"apart from the steps counted above; a step whose clash is above {MARK} is marked in the race, "
+                     "and the Comparison tab gives each lane's total.")
     return " ".join(parts)
 
 
@@ -299,3 +365,48 @@ def run_caption(trace: Trace) -> str:
     mode = "non-AR" if trace.mode == "non-ar" else f"semi-AR, blocks of {trace.block_length}"
     return (f"model {isolated(trace.model)} on {clean(trace.device)}, {mode}, {trace.gen_length} positions; "
             f"prompt: “{isolated(trace.prompt[:160])}”")
+
+
+# ----------------------------------------------------------------------------- Observation II and the dependency map
+
+def attention_locality_md(trace: Trace) -> str:
+    """Beside the Attention tab's stages, Observation II in numbers (``dico.observe.attention_locality``; no pass):
+    of a still-masked position's attention to the response, the share within ``WITHIN`` positions against an even
+    spread's, the mean distance, and the share that goes to the response at all; answer positions apart from all."""
+    if trace.attention is None:
+        return ""
+    answer = set(range(trace.answer_length))
+    lenses = [("answer", attention_locality(trace, WITHIN, among=answer))] if trace.answer_length < trace.gen_length \
+        else []
+    lenses.append(("all positions", attention_locality(trace, WITHIN)))
+    rows = []
+    for stage in STAGES:
+        for name, found in lenses:
+            near = found[stage]
+            rows.append(f"| {stage} | {name} | " + (" | ".join(
+                [f"{near.within:.2f}", f"{near.even:.2f}", f"{near.mean_distance:.1f}", f"{near.total:.2f}"])
+                if near is not None else "no masked position | | |") + " |")
+    return (f"**Locality of attention, {clean(trace.name)}** (the paper's Observation II; docs/observations.md): "
+            "of a still-masked position's attention to the response, "
+            f"the share within {WITHIN} positions against the share an even spread would put there, the mean distance "
+            "(positions), and the share of its attention that goes to the response at all (the rest goes to the "
+            "prompt). The answer's positions are told apart from the end-of-text padding.\n\n"
+            f"| stage | positions | within {WITHIN} | even spread | mean distance | to the response |\n"
+            "|---|---|---|---|---|---|\n" + "\n".join(rows))
+
+
+def dependency_plan(trace: Trace | None, k: int) -> tuple[int, str]:
+    """What the dependency map before step ``k`` would cost, in passes and in words: one forward pass on the state
+    before it and one per masked position; 0 passes when there is nothing to map or it is refused (more than
+    ``LIMITS.dependency_masked`` masked positions)."""
+    if trace is None or not trace.steps:
+        return 0, ""
+    k = max(0, min(int(k), len(trace.steps) - 1))
+    masked = sum(t is None for t in trace.tokens_before(k))
+    if masked < 2:
+        return 0, f"Fewer than two positions are masked before step {k}: there is no dependency to map."
+    if masked > LIMITS.dependency_masked:
+        return 0, (f"{masked} positions are masked before step {k}; a dependency map costs a forward pass each, and "
+                   f"this server maps at most {LIMITS.dependency_masked}: choose a later step.")
+    return masked + 1, (f"The dependency map before step {k} costs {masked + 1} forward passes (one on the state, one "
+                        "per masked position), apart from the run's steps.")

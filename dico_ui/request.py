@@ -59,6 +59,7 @@ class RunRequest:
     block_length: int | None = None         # semi-AR only
     capture_attention: bool = True
     constraints: tuple[tuple[int, str | int], ...] = ()     # words fixed before decoding, every lane starts from them
+    measure_clash: bool = False             # after the decode, each lane's clash a step (extra passes, dico.observe)
 
     def attends(self, i: int) -> bool:
         """Whether lane ``i`` captures attention maps: the first DiCo lane, when the request asks for them."""
@@ -70,6 +71,13 @@ class RunRequest:
         return dict(mode=self.mode, gen_length=self.gen_length, block_length=self.block_length,
                     settings=lane.settings, capture_attention=self.capture_attention, label=lane.label,
                     constraints=dict(self.constraints) or None)
+
+
+def switch(value, name: str) -> bool:
+    """An on/off field: a boolean (or None: off), never a string an API caller meant as "false"."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise ValueError(f"{name}: must be true or false, got {value!r}")
 
 
 def page_lane(i: int, name: str = "") -> str:
@@ -84,7 +92,7 @@ def api_lane(i: int, name: str = "") -> str:
 
 def parse_request(prompt, methods=DEFAULT_METHODS, settings: dict[str, dict] | None = None, *, model=EMBEDDED_NAME,
                   mode=NON_AR, gen_length=DEFAULT_GEN_LENGTH, block_length=DEFAULT_BLOCK_LENGTH,
-                  capture_attention=True, at=api_lane, constraints=None) -> RunRequest:
+                  capture_attention=True, at=api_lane, constraints=None, measure_clash=False) -> RunRequest:
     """The one parse of a request: the lanes over their methods' ``settings``, numbers made whole, the lengths,
     and every lane admitted to the run (``dico.methods.admit``: what its rule cannot do, LLaDA's steps split over
     the blocks), in that order; ValueError naming the field (``at`` names a lane as the caller's user knows it)."""
@@ -95,8 +103,9 @@ def parse_request(prompt, methods=DEFAULT_METHODS, settings: dict[str, dict] | N
     block_length = whole(block_length, "block_length") if mode == SEMI_AR else None
     prompt = prompt if isinstance(prompt, str) else ""
     check_inputs(prompt, lanes[0].method, mode, gen_length, block_length)
-    req = RunRequest(prompt, lanes, model or EMBEDDED_NAME, mode, gen_length, block_length, bool(capture_attention),
-                     constraint_pairs(constraints))
+    req = RunRequest(prompt, lanes, model or EMBEDDED_NAME, mode, gen_length, block_length,
+                     switch(capture_attention, "capture_attention"), constraint_pairs(constraints),
+                     switch(measure_clash, "measure_clash"))
     for i, lane in enumerate(lanes):
         try:
             admit(lane.method, mode, lane.settings, gen_length, block_length or gen_length, req.attends(i))
@@ -125,21 +134,21 @@ def constraint_pairs(value) -> tuple[tuple[int, str | int], ...]:
 
 
 def page_request(prompt, model, mode, gen_length, block_length, lanes, capture_attention, controls,
-                 constraints="") -> RunRequest:
+                 constraints="", measure_clash=False) -> RunRequest:
     """The Run button's request: the lane rows (``lane_controls.collect``) over the Settings panel's values."""
     lanes = [lanes] if isinstance(lanes, (str, dict)) else list(lanes or [])
     return parse_request(prompt, lanes, settings_from_controls(lanes, controls), model=model, mode=mode,
                          gen_length=gen_length, block_length=block_length, capture_attention=capture_attention,
-                         constraints=constraints, at=page_lane)
+                         constraints=constraints, at=page_lane, measure_clash=measure_clash)
 
 
 def api_request(prompt, model, mode, gen_length, block_length, methods, settings, capture_attention,
-                constraints="") -> RunRequest:
+                constraints="", measure_clash=False) -> RunRequest:
     """``/run``'s request: lanes as method names or objects, ``settings`` one JSON object per method."""
     methods = [methods] if isinstance(methods, (str, dict)) else list(methods or [])
     return parse_request(prompt, methods, settings_from_json(settings), model=model, mode=mode,
                          gen_length=gen_length, block_length=block_length, capture_attention=capture_attention,
-                         constraints=constraints)
+                         constraints=constraints, measure_clash=measure_clash)
 
 
 def settings_from_controls(methods: list, values) -> dict[str, dict]:

@@ -97,14 +97,14 @@ def admitted(request, admit: Callable[[], Job], page: bool, noun: str):
     try:
         for warning in job.warnings:
             gr.Warning(clean(warning))
-        if (yield from _wait(session, since, ticket)):
+        if (yield from wait_turn(session, since, ticket)):
             yield from _decoded(session, since, job, page, noun)
     finally:
         runs.LINE.leave(ticket)
         runs.trim_sessions()            # gradio's own per-session tables, bounded by the sessions it keeps
 
 
-def _wait(session: str, since: float, ticket):
+def wait_turn(session: str, since: float, ticket):
     """Wait for this request's turn to decode, saying how long; False when it must not run (Stop, page gone)."""
     while True:
         turn = runs.LINE.wait(ticket, timeout=1.0)

@@ -52,12 +52,13 @@ def wire(demo, c: dict) -> None:
     quiet = dict(queue=False, show_api=False)
     live = decoding(c)
     page_run = [c[n] for n in ("prompt", "model", "mode", "gen_length", "block_length", "lanes", "capture_attention")]
+    optional = [c["constraints"], c["measure_clash"]]            # run_ui takes them after the settings controls
     # Each click is stamped before it queues, so Stop can end a run that is still waiting (see runs.stop); the
     # lane rows become the lanes, then the run reads them.
     for trigger in (c["run"].click, c["prompt"].submit):
         trigger(h.clicked, None, None, **quiet) \
             .then(lane_controls.collect, slots.inputs, c["lanes"], **quiet) \
-            .then(keyed(h.run_ui, c), page_run + c["controls"] + [c["constraints"]], results, show_api=False, **live)
+            .then(keyed(h.run_ui, c), page_run + c["controls"] + optional, results, show_api=False, **live)
     c["api"].click(keyed(h.run_api, c), c["api_run"], results, api_name="run", **live)
     c["api_replay"].click(keyed(h.replay_api, c), [c["api_file"]], results + [c["prompt"]], api_name="replay")
     c["stop"].click(h.stop, None, [c["status"]], **quiet)
@@ -90,15 +91,18 @@ def wire_lanes(slots, c: dict) -> None:
 
 
 def wire_step_view(c: dict) -> None:
-    """The step slider, the run chooser and Play."""
+    """The step slider, the run chooser, Play and the dependency map (it decodes: in the line, as a run is)."""
     small = dict(show_api=False, show_progress="hidden")
-    step_view = [c["step_view"], c["step_text"]]
+    step_view = [c["step_view"], c["step_text"], c["dependency"], c["dependency_note"]]
     c["step"].change(keyed(h.show_step, c), [c["step_run"], c["step"], c["traces"]], step_view, concurrency_limit=4,
                      **small)
     c["step_run"].input(keyed(h.choose_run, c), [c["step_run"], c["traces"]], [c["step"]] + step_view, **small)
     playing = [c["timer"], c["play"], c["playing"], c["step"]]
     c["play"].click(keyed(h.toggle_play, c), [c["playing"], c["step"], c["step_run"], c["traces"]], playing, **small)
     c["timer"].tick(keyed(h.tick, c), [c["step"], c["step_run"], c["traces"]], playing, concurrency_limit=4, **small)
+    c["dependency_button"].click(keyed(h.dependency_map, c), [c["step_run"], c["step"], c["traces"]],
+                                 [c["dependency"], c["dependency_note"], c["status"]], show_api=False,
+                                 **{**decoding(c), "show_progress_on": [c["dependency"]]})
 
 
 def wire_fork_panel(c: dict, results: list) -> None:

@@ -20,7 +20,7 @@ from visuals._titles import TOOLBAR_PX, int_ticks, subtitle, titled, wrap  # noq
 # end-of-text padding commits are hollow grey: most of the parallelism is padding (issue 14), and it must show.
 OKABE_ITO = {"grey": "#999999", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
              "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "black": "#000000"}
-PHASE_COLORS = dict(zip(PHASES, (OKABE_ITO[c] for c in ("grey", "orange", "sky", "green", "purple"))))
+PHASE_COLORS = dict(zip(PHASES, (OKABE_ITO[c] for c in ("grey", "orange", "sky", "green", "purple", "yellow"))))
 METHOD_COLORS = {"vanilla": OKABE_ITO["grey"], "topk": OKABE_ITO["purple"], "fast": OKABE_ITO["orange"],
                  "fast-factor": OKABE_ITO["black"], "dico": OKABE_ITO["blue"]}
 METHOD_NAMES = METHOD_LABELS            # kept for old imports; the labels are declared once, in dico.settings
@@ -29,6 +29,9 @@ COMMIT_COLOR, SEED_COLOR, CLUSTER_COLOR = OKABE_ITO["vermillion"], OKABE_ITO["ye
 # seed, phase or cluster uses for anything else.
 REVISED_COLOR, REVISED = OKABE_ITO["purple"], "taken back (re-masked)"
 REVISED_MARKER = dict(symbol="x-thin-open", size=9, color=REVISED_COLOR, line=dict(color=REVISED_COLOR, width=2))
+# A written token replaced by another (an editing rule, ``Step.edited``): a blue triangle, the one mark for an edit.
+EDITED_COLOR, EDITED = OKABE_ITO["blue"], "replaced (token edit)"
+EDITED_MARKER = dict(symbol="triangle-up", size=10, color=EDITED_COLOR, line=dict(color="black", width=1))
 # A Divide step's commits above the shortcut (the Divide shortcut setting): beside the seeds, not seeds themselves.
 SHORTCUT = "Divide shortcut commit"
 SHORTCUT_MARKER = dict(symbol="diamond", size=8, color=OKABE_ITO["green"], line=dict(color="black", width=1))
@@ -148,6 +151,11 @@ def revises(trace: Trace) -> bool:
     return any(remasked(s) for s in trace.steps)
 
 
+def edited(step) -> list[list[int]]:
+    """[position, token before, token after] of every token a step replaced (editing rules); [] for older traces."""
+    return list(getattr(step, "edited", None) or [])
+
+
 class Grid:
     """One trace as arrays; row r is ``trace.steps[r]``, column j is response position j.
 
@@ -172,22 +180,30 @@ class Grid:
         """(row that committed it, token id) of every position after row k; -1 where masked then."""
         n, steps = self.trace.gen_length, self.trace.steps[:k + 1]
         row, token = np.full(n, -1), np.full(n, -1)
-        if not any(remasked(s) for s in steps):        # no revision: one vectorised write
+        if not any(remasked(s) or edited(s) for s in steps):        # no revision: one vectorised write
             counts = np.array([len(s.committed) for s in steps], dtype=int)
             positions = np.array([p for s in steps for p in s.committed], dtype=int)
             row[positions] = np.repeat(np.arange(len(steps)), counts)
             token[positions] = [t for s in steps for t in s.tokens]
             return row, token
-        for r, s in enumerate(steps):                    # commits first, then the step's take-backs
+        for r, s in enumerate(steps):                    # commits first, then edits, then the step's take-backs
             row[s.committed], token[s.committed] = r, s.tokens
+            for p, _, new in edited(s):                  # an edit writes its token: the row that wrote it
+                row[p], token[p] = r, new
             row[remasked(s)], token[remasked(s)] = -1, -1
         return row, token
+
+    def replaced(self) -> list[tuple[int, int, int, int]]:
+        """Every edit as (row that made it, position, token before, token after)."""
+        return [(r, p, old, new) for r, s in enumerate(self.trace.steps) for p, old, new in edited(s)]
 
     def taken_back(self) -> list[tuple[int, int, int, int]]:
         """Every take-back as (row taken back at, position, token id taken back, row that had committed it)."""
         row, token, out = np.full(self.trace.gen_length, -1), np.full(self.trace.gen_length, -1), []
         for r, s in enumerate(self.trace.steps):
             row[s.committed], token[s.committed] = r, s.tokens
+            for p, _, new in edited(s):
+                row[p], token[p] = r, new
             out += [(r, p, int(token[p]), int(row[p])) for p in remasked(s)]
             row[remasked(s)], token[remasked(s)] = -1, -1
         return out

@@ -15,6 +15,8 @@ from visuals._common import (
     CLUSTER_COLOR,
     COLORBAR,
     CONFIDENCE_AXIS,
+    EDITED,
+    EDITED_COLOR,
     LEGEND_BELOW,
     MASK,
     OKABE_ITO,
@@ -31,6 +33,7 @@ from visuals._common import (
     block_lines,
     boxes,
     check_confidence,
+    edited,
     labels,
     remasked,
     titled,
@@ -90,6 +93,8 @@ def _standing(trace: Trace, g: Grid, k: int) -> tuple[np.ndarray, np.ndarray, np
     row, token = g.state(k)
     standing = np.array([-1 if t is None else t for t in trace.tokens_before(k)])   # edits by hand up to step k
     standing[trace.steps[k].committed] = trace.steps[k].tokens
+    for p, _, new in edited(trace.steps[k]):
+        standing[p] = new
     standing[remasked(trace.steps[k])] = -1
     row[standing < 0] = -1                                # a fork took it back
     done = standing >= 0
@@ -120,6 +125,14 @@ def _text_layers(trace: Trace, g: Grid, k: int, cols: int, confidence: str) -> l
                       + np.char.mod("%.3f", np.nan_to_num(scores)))
     status = np.where(done & (row < 0), "written by hand (a word constraint or a fork's edit)", status)
     ink = np.where(~done, "#555555", np.where(conf < 0.6, "white", "black"))   # readable on Viridis
+    replaced = {p: (r, old, new) for r, p, old, new in g.replaced() if r <= k}   # the last edit of each position
+    replaced = {p: e for p, e in replaced.items() if row[p] == e[0]}             # that still stands after step k
+    if replaced:
+        status = status.astype(object)
+        for p, (r, old, new) in replaced.items():
+            status[p] = (f"{EDITED} at step {g.steps[r]}: {trace.token_text(old).strip()!r} → "
+                         f"{trace.token_text(new).strip()!r}")
+        ink[[p for p, (r, _, _) in replaced.items() if r == k]] = EDITED_COLOR
     if back:
         status = status.astype(object)
         status[list(back)] = [f"{REVISED} at step {k}" for _ in back]
@@ -139,10 +152,12 @@ def _step_boxes(trace: Trace, g: Grid, k: int, cols: int) -> list[dict]:
     step, data = trace.steps[k], []
     now = np.array(step.committed, dtype=int)
     back = np.array(remasked(step), dtype=int)
+    replaced = np.array([p for p, _, _ in edited(step)], dtype=int)
     for name, p, line in ((f"committed at step {k}", now[g.answer[now]], dict(color=ANSWER_COLOR, width=3)),
                           (f"padding committed at step {k}", now[~g.answer[now]],
                            dict(color=PADDING_COLOR, width=2, dash="dash")),
-                          (f"{REVISED} at step {k}", back, dict(color=REVISED_COLOR, width=2.5, dash="dot"))):
+                          (f"{REVISED} at step {k}", back, dict(color=REVISED_COLOR, width=2.5, dash="dot")),
+                          (f"{EDITED} at step {k}", replaced, dict(color=EDITED_COLOR, width=2.5))):
         if len(p):
             bx, by = boxes(np.stack([p // cols, p % cols, p % cols], 1), half=0.42)
             data.append(dict(type="scatter", x=bx, y=by, mode="lines", line=line, hoverinfo="skip", name=name))
@@ -173,16 +188,18 @@ def _title(trace: Trace, g: Grid, k: int, confidence: str) -> tuple[str, str]:
     step, n = trace.steps[k], trace.gen_length
     done = _standing(trace, g, k)[0]
     now = np.array(step.committed, dtype=int)
-    answer_now, back = int(g.answer[now].sum()), len(remasked(step))
+    answer_now, back, replaced = int(g.answer[now].sum()), len(remasked(step)), len(edited(step))
     clusters = ", ".join(f"[{a}, {b}]" for a, b in step.clusters[:8]) + (" …" if len(step.clusters) > 8 else "")
     seeds = ", ".join(map(str, step.seeds[:12])) + (" …" if len(step.seeds) > 12 else "")
     if step.shortcut:
         seeds += f" (+ {len(step.shortcut)} above the shortcut)"
     title = (f"After step {k} ({step.phase}): {len(now)} committed ({answer_now} answer, {len(now) - answer_now} "
-             f"padding)" + (f", {back} taken back" if back else "") + f", {int((~done).sum())} of {n} still masked")
+             f"padding)" + (f", {back} taken back" if back else "") + (f", {replaced} replaced" if replaced else "")
+             + f", {int((~done).sum())} of {n} still masked")
     note = (f"seeds: {seeds or 'none'} · clusters: {clusters or 'none'}. Colour: confidence when committed; "
             f"{MASK}: still masked, shaded by its {'confidence' if confidence == 'raw' else 'score'} at step {k}."
-            + (" Struck through: a token taken back to the mask at this step." if back else ""))
+            + (" Struck through: a token taken back to the mask at this step." if back else "")
+            + (" Blue: a written token this step replaced with another (a token edit)." if replaced else ""))
     return title, note
 
 

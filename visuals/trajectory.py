@@ -13,6 +13,8 @@ from visuals._common import (
     BLOCK_COLOR,
     CLUSTER_COLOR,
     CONFIDENCE_AXIS,
+    EDITED,
+    EDITED_MARKER,
     FORK,
     FORK_LINE,
     FRAME,
@@ -119,7 +121,7 @@ def _trajectory_traces(trace: Trace, show_clusters: bool, shown: set, axes: dict
     if show_clusters and len(sure_x):
         layers.append(dict(type="scatter", x=sure_x, y=sure_y, mode="markers", marker=SHORTCUT_MARKER,
                            hovertemplate=SHORTCUT_HOVER, **legend(SHORTCUT)))
-    layers += revised_markers(trace, g, legend)
+    layers += revised_markers(trace, g, legend) + edited_markers(trace, g, legend)
     spans = cluster_spans(trace)
     if show_clusters and len(spans):
         x, y = boxes(spans)
@@ -143,6 +145,18 @@ def revised_markers(trace: Trace, g: Grid, legend) -> list[dict]:
                  marker=dict(symbol="circle-open", size=8, color=REVISED_MARKER["color"], line=dict(width=2)),
                  hovertemplate="committed %{text} here, taken back later<br>position %{x}, step %{y}<extra></extra>",
                  **legend("commit later taken back"))]
+
+
+def edited_markers(trace: Trace, g: Grid, legend) -> list[dict]:
+    """Where an editing rule replaced a written token: a star on the row of the step that did it, the hover saying
+    which token gave way to which."""
+    edits = g.replaced()
+    if not edits:
+        return []
+    rows, pos, old, new = (np.array(col) for col in zip(*edits))
+    text = np.char.add(np.char.add(labels(trace, old), " → "), labels(trace, new))
+    return [dict(type="scatter", x=pos, y=g.steps[rows], mode="markers", marker=EDITED_MARKER, text=text,
+                 hovertemplate="replaced %{text}<br>position %{x}, step %{y}<extra></extra>", **legend(EDITED))]
 
 
 def line_keys(trace: Trace, shown: set, traces=()) -> list[dict]:

@@ -1,0 +1,235 @@
+"""The measurements of dico.observe on the page (issue 52, item 6): the race marks a step whose clash is above
+``CLASH_MARK``, the step view says a step's clash and maps its dependency on request, the Attention tab prints the
+locality of each stage, the Comparison tab each lane's total clash. Measuring is opt-in where it costs passes, and it
+never changes a decode."""
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from dico.observe import CLASH_MARK, Replayed, annotate_clash, attention_locality, marked_steps, total_clash
+from dico.settings import MODES
+from dico.trace import read_traces
+
+gr = pytest.importorskip("gradio")
+
+from dico_ui import handlers as h  # noqa: E402
+from dico_ui import render  # noqa: E402
+from dico_ui.race import race  # noqa: E402
+from dico_ui.request import CONTROLS, parse_request  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "assets" / "ui" / "example_run.json"
+LIST = next(e["prompt"] for e in json.loads((ROOT / "assets" / "examples.json").read_text())["examples"]
+            if e["family"] == "list")
+# The decoders issue 52 asks this of: one token a step, fixed parallel, thresholded, DiCo, waiting and revising.
+DECODERS = ("vanilla", "topk", "fast", "fast-factor", "dico", "eb", "klass", "wino", "saber")
+
+
+class Session:
+    """What gradio hands a handler as gr.Request: only the session id is used."""
+    def __init__(self, name="observe"):
+        self.session_hash = name
+
+
+@pytest.fixture(scope="module")
+def lesson():
+    """The lesson's example run, as the page opens on it (not measured)."""
+    return {t.method: t for t in read_traces(EXAMPLE.read_bytes())}
+
+
+@pytest.fixture(scope="module")
+def measured(lesson, predictor):
+    """The lesson's Vanilla and Top-4 per step, their clash measured as the page measures it."""
+    return {m: annotate_clash(predictor, read_traces(lesson[m].to_json())[0]) for m in ("vanilla", "topk")}
+
+
+def run(app_module, prompt, methods, gen_length, measure_clash, session="observe"):
+    """The Run button, as the page calls it: the settings controls at their defaults, no constraints."""
+    values = [spec.default for _, spec in CONTROLS]
+    return list(h.run_ui(Session(session), prompt, "dico-tiny", "non-ar", float(gen_length), 16.0, list(methods),
+                         False, *values, "", measure_clash))
+
+
+def test_the_race_marks_the_lessons_top4_clash_and_never_a_vanilla_step(measured):
+    """Top-4 per step commits " S" "ara" " G" "ill" together at step 23: +13.7 nats, marked in its lane and on the
+    four tokens; Vanilla commits one token a step, which cannot clash."""
+    topk, vanilla = measured["topk"], measured["vanilla"]
+    assert list(marked_steps(topk)) == [23] and marked_steps(topk)[23] == pytest.approx(13.7, abs=0.1)
+    card = render.lane_html(topk, 23, "done")
+    assert "clash above 1 nat at step 23 (+13.7 nats)" in card
+    clashing = re.findall(r'class="tok new clash"[^>]*title="position (\d+)', card)
+    assert sorted(map(int, clashing)) == sorted(topk.steps[23].committed)
+    before = render.lane_html(topk, 22, "decoding")                          # not before the step that clashed
+    assert "no clash above 1 nat" in before and 'clash"' not in before
+    assert vanilla.clash["values"] == [None] * vanilla.nfe and marked_steps(vanilla) == {}
+    card = render.lane_html(vanilla, vanilla.nfe - 1, "done")
+    assert "one token a step: no clash" in card and 'clash"' not in card
+
+
+def test_the_page_marks_the_clash_it_measures_and_the_comparison_holds_each_lanes_total(app_module, lesson):
+    """Measuring on: after the decode each lane's clash is measured, its passes reported apart from its steps, the
+    decode as it was without measuring; the race marks the lesson's step 23, the Comparison tab gives the total."""
+    prompt = lesson["topk"].prompt
+    frames = run(app_module, prompt, [{"method": "topk", "settings": {"k": 4}}, "fast"], 96, True)
+    assert any("Measuring the clash of " in f.get("status", "") for f in frames[1:-1])
+    result = frames[-1]
+    topk, fast = result["traces"]
+    assert [(s.committed, s.tokens) for s in topk.steps] == [(s.committed, s.tokens) for s in lesson["topk"].steps]
+    assert topk.nfe == 24 and topk.clash["passes"] == 96                  # a pass a token of a step, apart
+    assert "clash above 1 nat at step 23 (+13.7 nats)" in result["answers"]
+    table = result["table"]
+    column = table.columns[-1]
+    assert column == "total clash, steps above 1 nat (extra passes)"
+    assert list(table[column]) == [f"{total_clash(topk):.2f} nats, 1 step above 1 nat (96 passes)",
+                                   f"{total_clash(fast):.2f} nats, 0 steps above 1 nat ({fast.clash['passes']} passes)"]
+    assert f"Measuring the clash took {96 + fast.clash['passes']} passes" in result["status"]
+
+
+def test_measuring_is_off_by_default_and_then_spends_no_pass(app_module, monkeypatch):
+    """The toggle off: no pass beyond the decode, and the Comparison tab and the step view say "not measured"."""
+    control = next(b for b in app_module.demo.blocks.values() if getattr(b, "elem_id", None) == "measure-clash")
+    assert control.value is False and "extra passes" in control.label
+    spent = []
+    monkeypatch.setattr(Replayed, "log_probs", lambda self, *a: spent.append(a) or pytest.fail("a measuring pass"))
+    assert parse_request(LIST, ["topk"], gen_length=16).measure_clash is False
+    result = run(app_module, LIST, [{"method": "topk", "settings": {"k": 4}}], 16, False)[-1]
+    trace = result["traces"][0]
+    assert spent == [] and trace.clash is None
+    assert list(result["table"].iloc[:, -1]) == ["not measured"]
+    assert "clash not measured" in render.step_html(trace, 0) and "Measuring the clash" not in result["status"]
+
+
+def test_a_race_stopped_while_measuring_keeps_its_decodes_and_says_what_was_not_measured(predictor):
+    """Measuring runs a lane at a time after the decode; closed between lanes (Stop, the time limit), the measured
+    lanes keep their clash, the others say "not measured", and the status says the decode had finished."""
+    from dico_ui.race import settle
+    from dico_ui.stream import End
+    frames = race(predictor, parse_request(LIST, [{"method": "topk", "settings": {"k": 4}}, "fast"], gen_length=16,
+                                           measure_clash=True))
+    frame = next(f for f in frames if f.measuring == "Fast-dLLM")
+    frames.close()
+    frame = settle(frame, predictor)
+    topk, fast = frame.traces
+    assert [lane.state for lane in frame.lanes] == ["done", "done"] and not topk.stopped and not fast.stopped
+    assert topk.clash is not None and render.clash_cell(fast) == "not measured"
+    assert h.ending(frame, End("stop", None, 1.0)).startswith("Measuring the clash of Fast-dLLM stopped: every lane "
+                                                               "had finished decoding")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("method", DECODERS)
+def test_measuring_never_changes_a_decode(predictor, method, mode):
+    """Each decoder, both modes, through the race the page runs: with measuring on, the steps and the text are the
+    ones decoded without it and the NFE is its steps; measuring costs a pass a token of each step that committed
+    two or more (its most confident ``limit``), counted apart."""
+    def decoded(measure):
+        req = parse_request(LIST, [method], mode=mode, gen_length=16, block_length=8, measure_clash=measure)
+        *_, last = race(predictor, req)
+        assert last.lanes[0].state == "done"
+        return last.traces[0]
+
+    plain, measured = decoded(False), decoded(True)
+    assert plain.clash is None and measured.clash is not None
+    assert [(s.committed, s.tokens, s.remasked, s.edited) for s in measured.steps] == \
+        [(s.committed, s.tokens, s.remasked, s.edited) for s in plain.steps]
+    assert measured.text == plain.text and measured.nfe == plain.nfe == len(plain.steps)
+    wide = [len(s.committed) >= 2 for s in plain.steps]
+    limit = measured.clash["limit"]
+    assert [v is not None for v in measured.clash["values"]] == wide
+    assert measured.clash["passes"] == sum(min(len(s.committed), limit) for s, w in zip(plain.steps, wide) if w)
+
+
+def test_the_step_view_says_the_steps_clash(measured, lesson):
+    topk, vanilla = measured["topk"], measured["vanilla"]
+    assert "clash <b>+13.70</b> nats, above 1 nat" in h.show_step(1, 23, [vanilla, topk])["step_text"]
+    assert "one token: no clash" in h.show_step(0, 5, [vanilla, topk])["step_text"]
+    assert "clash not measured" in h.show_step(0, 5, [lesson["dico"]])["step_text"]
+
+
+def test_the_dependency_map_is_asked_for_says_its_cost_and_draws_a_heatmap(app_module, lesson):
+    """One pass on the state before the step and one per masked position, said before and after; the map is a
+    heatmap over the masked answer positions, and the run is left as it was."""
+    topk = lesson["topk"]
+    before = topk.to_json()
+    view = h.show_step(0, 23, [topk])
+    assert view["dependency"] is None and "costs 5 forward passes" in view["dependency_note"]
+    *_, out = h.dependency_map(Session(), 0, 23, [topk])
+    assert out["dependency"].data[0].type == "heatmap"
+    assert "Dependency before step 23 of Top-4 per step" in out["dependency_note"]
+    assert "5 forward passes, apart from the run's steps" in out["dependency_note"] and topk.to_json() == before
+
+
+def test_a_dependency_map_over_the_cap_is_refused_with_its_cost_in_one_line(app_module, lesson, monkeypatch):
+    monkeypatch.setattr(render, "LIMITS", replace(render.LIMITS, dependency_masked=8))
+    monkeypatch.setattr(h, "measure_dependency", lambda *a: pytest.fail("a refused map ran the model"))
+    with pytest.warns(UserWarning) as toasts:
+        outputs = list(h.dependency_map(Session(), 0, 0, [lesson["topk"]]))
+    assert len(toasts) == 1 and [list(out) for out in outputs] == [["status"]]
+    assert outputs[0]["status"] == ("**Cannot map the dependency**: 96 positions are masked before step 0; a "
+                                    "dependency map costs a forward pass each, and this server maps at most 8: "
+                                    "choose a later step.")
+    with pytest.warns(UserWarning):
+        assert "no longer kept" in list(h.dependency_map(Session(), 0, 0, []))[0]["status"]
+
+
+def test_the_attention_tab_prints_the_locality_of_each_stage(app_module, lesson):
+    dico_run = lesson["dico"]
+    said = h.first_impression()["locality"]
+    answer = attention_locality(dico_run, among=set(range(dico_run.answer_length)))
+    every = attention_locality(dico_run)
+    for stage in ("early", "late"):
+        for name, found in (("answer", answer[stage]), ("all positions", every[stage])):
+            assert (f"| {stage} | {name} | {found.within:.2f} | {found.even:.2f} | {found.mean_distance:.1f} | "
+                    f"{found.total:.2f} |") in said
+    assert render.attention_locality_md(lesson["topk"]) == ""          # no attention captured: nothing to print
+
+
+def test_the_race_marks_what_the_figures_mark():
+    """One threshold: the race's marks and the clash figure's (visuals import no torch, so they repeat it)."""
+    import visuals.observe
+    assert visuals.observe.CLASH_MARK == CLASH_MARK == 1.0
+
+
+def test_the_api_measures_on_request_and_the_trace_keeps_it(app_url, app_module, predictor):
+    """``/run``'s optional last input: the clash is measured, in the Comparison table and in the downloaded trace;
+    left out, nothing is measured."""
+    from gradio_client import Client
+
+    from dico_ui.outputs import RESULTS
+    client = Client(app_url, verbose=False)
+    topk = [{"method": "topk", "settings": {"k": 4}}]
+    out = dict(zip(RESULTS, client.predict(LIST, "dico-tiny", "non-ar", 16, 16, topk, "", False, "", True,
+                                           api_name="/run")))
+    bundle = json.loads(Path(out["download"]).read_text(encoding="utf-8"))
+    trace = read_traces(json.dumps(bundle))[0]
+    assert trace.clash["passes"] == 16 and out["table"]["data"][0][-1] == render.clash_cell(trace)
+    out = dict(zip(RESULTS, client.predict(LIST, "dico-tiny", "non-ar", 16, 16, topk, "", False,
+                                           api_name="/run")))
+    assert out["table"]["data"][0][-1] == "not measured"
+
+
+@pytest.mark.e2e
+def test_in_a_browser_the_measurements_show_beside_the_run(page, app_url, artifacts):
+    """The control is there and off; the Attention tab prints the locality of each stage; the step view maps the
+    dependency at a step on request; no console error."""
+    pytest.importorskip("playwright")
+    from playwright.sync_api import expect
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.goto(app_url, timeout=120_000)
+    expect(page.locator("#status")).to_contain_text("finished example run", timeout=120_000)
+    expect(page.locator("#measure-clash input")).not_to_be_checked()
+    page.get_by_role("tab", name="Attention").click()
+    expect(page.locator("#attention-locality table")).to_contain_text("within 3")
+    page.get_by_role("tab", name="Step by step").click()
+    expect(page.locator("#dependency-note")).to_contain_text("costs 97 forward passes")
+    page.locator("#dependency-button").click()
+    expect(page.locator("#dependency-plot .js-plotly-plot")).to_be_visible(timeout=120_000)
+    expect(page.locator("#dependency-note")).to_contain_text("Dependency before step 0 of DiCo")
+    page.screenshot(path=str(artifacts / "dependency-map.png"), full_page=True)
+    assert errors == []
