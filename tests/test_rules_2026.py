@@ -186,3 +186,15 @@ def test_with_a_refresh_every_pass_an_editing_run_decodes_exactly_as_without_a_c
 def test_an_older_trace_without_edits_still_loads():
     trace = Trace.load(dico.__path__[0] + "/../tests/golden/traces/word0-dico-non-ar.json")
     assert all(s.edited == [] for s in trace.steps)
+
+
+def test_every_figure_draws_an_edit_where_the_run_made_it(predictor):
+    import visuals
+    from dico_ui import render
+    trace = generate(predictor, WORD, "llada21", gen_length=48)
+    k, (p, old, new) = next((s.index, s.edited[0]) for s in trace.steps if s.edited)
+    marks = [d for d in visuals.trajectory_figure(trace).data if d.name == "replaced (token edit)"]
+    assert marks and (p, k) in set(zip(marks[0].x, marks[0].y))
+    assert any(d.name == f"replaced (token edit) at step {k}" for d in visuals.step_view_figure(trace, k).data)
+    html = render.response_html(trace, k)
+    assert 'class="tok edited new"' in html and f"position {p}: replaced at step {k}" in html
