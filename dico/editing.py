@@ -19,10 +19,7 @@ from dico.settings import LLaDA21Settings, T2MSettings
 
 def _doubted(s: Scores, edit_threshold: float) -> torch.Tensor:
     """Written, unfixed positions of the window whose prediction is another token, above ``edit_threshold``."""
-    written = ~s.masked & ~s.fixed
-    written[:s.window[0]] = False
-    written[s.window[1]:] = False
-    return written & (s.conf > edit_threshold) & (s.pred != s.tokens)
+    return s.written() & (s.conf > edit_threshold) & (s.pred != s.tokens)
 
 
 def _filled(s: Scores, threshold: float) -> list[int]:

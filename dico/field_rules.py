@@ -140,9 +140,7 @@ class WideInNarrowOut(Rule):
         return Choice(commit, "fast", remask=remask)
 
     def _narrow_out(self, s: Scores) -> list[int]:
-        earlier = ~s.masked & ~s.fixed                          # decoded before this pass (and not fixed by hand)
-        earlier[:s.window[0]] = False
-        earlier[s.window[1]:] = False
+        earlier = s.written()                                   # decoded before this pass (and not fixed by hand)
         verify = s.signals["verify"]
         doubted = earlier & (verify < self.settings.keep)
         if int(doubted.sum()) >= self.last_accept:

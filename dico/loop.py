@@ -147,7 +147,6 @@ class Decoding:
         self.fixed = torch.zeros(gen_length, dtype=torch.bool)      # n: fixed by hand, never taken back
         fixed = encode_fixed(predictor, constraints or {}, gen_length)       # words before decoding (dico.constraints)
         self.max_passes = pass_limit(self.rule, gen_length, block_length)      # a rule that would loop ends here
-        self.limit_reached = False                                   # ended at the pass limit with masks left
         self.out_of_passes = False                                   # ended at the pass limit (edits cut short too)
         settings_record = self.rule.settings.to_dict()
         if method == "dico":
@@ -270,7 +269,6 @@ class Decoding:
             self._open_window()                                                   # an earlier block
         if len(self.trace.steps) >= self.max_passes and not self.done:
             self.out_of_passes = True
-            self.limit_reached = bool(self.masked.any())     # the trace says so (``Trace.limit_reached``)
         if self.done:
             self.close()
         return step
@@ -348,7 +346,7 @@ class Decoding:
         if self.finished:
             return self.trace
         self.finished = True
-        self.trace.limit_reached = self.limit_reached
+        self.trace.limit_reached = self.out_of_passes and bool(self.masked.any())     # with masks left
         finish(self.trace, self.predictor, self.ids[0, self.m:].tolist(), self.vocab, stopped=not self.done,
                wall_s=time.perf_counter() - self.started)
         self.trace.attention = self.attention.result() if self.attention is not None else None
@@ -373,17 +371,12 @@ def finish(trace: Trace, predictor: MaskPredictor, response: list[int], vocab: d
 
 
 def close_snapshot(predictor: MaskPredictor, trace: Trace) -> Trace:
-    """Finish, as stopped, a copy of a running trace from its steps alone: the copy a worker process sent back
-    before its run was closed there (ZeroGPU). Its attention maps stayed with the run."""
-    response = [predictor.mask_id] * trace.gen_length
+    """Finish, as stopped, a copy of a running trace from its record alone: the copy a worker process sent back
+    before its run was closed there (ZeroGPU). Its response is the trace's own replay of its steps and edits by hand
+    (``Trace.tokens_before``); its attention maps stayed with the run."""
+    response = [predictor.mask_id if t is None else t for t in trace.tokens_before(len(trace.steps))]
     vocab: dict[int, str] = {}
     for step in trace.steps:
-        for pos, token in zip(step.committed, step.tokens):
-            response[pos] = token
-        for pos, _, token in step.edited:
-            response[pos] = token
-        for pos in step.remasked:
-            response[pos] = predictor.mask_id
         vocab.update((t, predictor.token_text(t)) for t in set(step.prediction) - {None} - vocab.keys())
     return finish(trace, predictor, response, vocab, stopped=True,
                   wall_s=sum(s.forward_s + s.select_s for s in trace.steps))

@@ -19,11 +19,9 @@ import torch
 
 from dico.sampling import Sampler
 from dico.settings import SETTINGS
-from dico.trace import STAGES, Trace
+from dico.trace import CLASH_MARK, STAGES, Trace
 
 ROWS_PER_PASS = 16          # sequences put through the model at once (each counts as one pass)
-CLASH_MARK = 1.0            # nats: a step above it is marked as a clash (the lesson's Top-4 step: 13.7; Fast-dLLM's
-                            # and DiCo's steps there: within 0.05; a step of one token: none)
 CLASH_LIMIT = 8             # a step's most confident tokens the benchmark measures (a wide step's cost)
 WITHIN = 3                  # positions: "near" for Observation II
 

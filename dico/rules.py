@@ -41,9 +41,17 @@ class Scores:
 
     def candidates(self) -> torch.Tensor:
         """Masked positions inside the window."""
+        return self.masked & self._inside()
+
+    def written(self) -> torch.Tensor:
+        """Positions inside the window decoded before this step and not fixed by hand: what a revising or editing
+        rule may act on there."""
+        return ~self.masked & ~self.fixed & self._inside()
+
+    def _inside(self) -> torch.Tensor:
         inside = torch.zeros_like(self.masked)
         inside[self.window[0]:self.window[1]] = True
-        return self.masked & inside
+        return inside
 
 
 @dataclass

@@ -120,7 +120,7 @@ class ReMDM(Rule):
         if self.initial > 0:
             self.initial -= 1
             return Choice(self._top(s, cand, k), "vanilla")
-        written = ~s.masked & ~s.fixed
+        written = s.written()                                # the window is the whole response (non-AR)
         while self.loops > 0 and self.take_back and not bool(written.any()):
             self.loops -= 1                                  # its code skips a loop with nothing written
         if self.loops > 0 and self.take_back:

@@ -77,6 +77,10 @@ MAX_JSON_BYTES = 20 * 1024 * 1024
 BUNDLE_SCHEMA = "dico-bundle/1"      # the app's download: several traces of one run in one file
 MAX_BUNDLE_TRACES = 16
 STAGES = ("early", "middle", "late")
+# nats: a step whose measured clash (``Trace.clash``) is above it is marked as a clash (the lesson's Top-4 step: 13.7;
+# Fast-dLLM's and DiCo's steps there: within 0.05; a step of one token: none). Declared here, beside the trace that
+# carries the clash, so the figures read it without the library's torch code (dico.observe).
+CLASH_MARK = 1.0
 # A trace can hold at most this many steps per response position (a sampler may waste passes; a
 # file claiming more is not a decode).
 MAX_STEPS_PER_POSITION = 16

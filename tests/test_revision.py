@@ -23,6 +23,7 @@ from standins import RULE_PROMPT, scripted
 GOLDEN = Path(__file__).parent / "golden" / "traces"
 PICK = "Pick one leader of Lily Howard, Don Gill and Sara Lake."
 TEAM = "We have bikes, drums and bats. Pick two of them."
+WORD = "Jeremiah counts 18 plums. He finds 4 more. How many plums does Jeremiah have now?"
 
 
 class TakesOneBackEveryStep(Rule):
@@ -101,13 +102,17 @@ def test_a_batch_decodes_each_row_as_alone(predictor, method):
 
 
 @SLOW
+@pytest.mark.parametrize("method, prompt", [("saber", TEAM), ("llada21", WORD)])     # takes back; edits
 @pytest.mark.parametrize("cache", ["prefix", "dual", "delayed"])
-def test_with_a_refresh_every_pass_a_revising_rule_decodes_exactly_as_without_a_cache(predictor, cache):
-    plain = generate(predictor, TEAM, "saber", mode="semi-ar", gen_length=32, block_length=16)
-    cached = generate(predictor, TEAM, "saber", mode="semi-ar", gen_length=32, block_length=16, cache=cache,
+def test_with_a_refresh_every_pass_a_revising_or_editing_rule_decodes_exactly_as_without_a_cache(predictor, cache,
+                                                                                                method, prompt):
+    plain = generate(predictor, prompt, method, mode="semi-ar", gen_length=32, block_length=16)
+    cached = generate(predictor, prompt, method, mode="semi-ar", gen_length=32, block_length=16, cache=cache,
                       cache_refresh=1)
-    assert [(s.committed, s.tokens, s.remasked) for s in cached.steps] == \
-        [(s.committed, s.tokens, s.remasked) for s in plain.steps]
+    assert [(s.committed, s.tokens, s.remasked, s.edited) for s in cached.steps] == \
+        [(s.committed, s.tokens, s.remasked, s.edited) for s in plain.steps]
+    if method == "llada21":
+        assert plain.replaced() > 0
 
 
 def test_a_token_taken_back_outside_the_computed_block_forces_a_refresh(predictor):

@@ -1,8 +1,8 @@
 """The decoders of 2026 (docs/decoding.md §3.2, §7.6-7.10): LLaDA 2.1's joint threshold replaces written tokens,
 token-to-mask takes them back instead, dInfer's hierarchy commits one token a sure run of masks, Prophet commits
 everything once the answer's logit gap is wide, ReMDM takes the least likely tokens back in loops. Each rule's
-choice on scripted scores, then the loop's promises on the embedded model (edits recorded and replayed, a cache
-refreshed every pass decodes exactly as none, fixed tokens never edited)."""
+choice on scripted scores, then the loop's promises on the embedded model (edits recorded and replayed, fixed tokens
+never edited; a cache refreshed every pass decodes an editing run exactly as none: tests/test_revision.py)."""
 from __future__ import annotations
 
 import pytest
@@ -172,17 +172,6 @@ def test_a_fork_of_an_editing_run_replays_its_edits_and_never_edits_the_forced_t
     assert all(p != 0 for s in child.steps[at:] for p, _, _ in s.edited)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("cache", ["prefix", "dual", "delayed"])
-def test_with_a_refresh_every_pass_an_editing_run_decodes_exactly_as_without_a_cache(predictor, cache):
-    plain = generate(predictor, WORD, "llada21", mode="semi-ar", gen_length=32, block_length=16)
-    cached = generate(predictor, WORD, "llada21", mode="semi-ar", gen_length=32, block_length=16, cache=cache,
-                      cache_refresh=1)
-    assert [(s.committed, s.tokens, s.edited) for s in cached.steps] == \
-        [(s.committed, s.tokens, s.edited) for s in plain.steps]
-    assert plain.replaced() > 0
-
-
 def test_an_older_trace_without_edits_still_loads():
     trace = Trace.load(dico.__path__[0] + "/../tests/golden/traces/word0-dico-non-ar.json")
     assert all(s.edited == [] for s in trace.steps)
@@ -198,3 +187,18 @@ def test_every_figure_draws_an_edit_where_the_run_made_it(predictor):
     assert any(d.name == f"replaced (token edit) at step {k}" for d in visuals.step_view_figure(trace, k).data)
     html = render.response_html(trace, k)
     assert 'class="tok edited new"' in html and f"position {p}: replaced at step {k}" in html
+
+
+def test_a_snapshot_closed_mid_run_holds_the_response_as_it_stood_edits_and_constraints_included(predictor):
+    import copy
+
+    from dico.loop import Decoding, close_snapshot, drive
+    first = generate(predictor, WORD, "llada21", gen_length=48).response[0]
+    run = Decoding(predictor, WORD, "llada21", gen_length=48, constraints={0: first})
+    for trace, step in drive(run):
+        if step.edited:
+            running, standing = copy.deepcopy(trace), run.ids[0, run.m:].tolist()    # the copy a worker sends back
+            break
+    snapshot = close_snapshot(predictor, running)
+    assert snapshot.stopped and snapshot.response == standing
+    assert snapshot.response[0] == first

@@ -186,12 +186,20 @@ class Grid:
             row[positions] = np.repeat(np.arange(len(steps)), counts)
             token[positions] = [t for s in steps for t in s.tokens]
             return row, token
-        for r, s in enumerate(steps):                    # commits first, then edits, then the step's take-backs
-            row[s.committed], token[s.committed] = r, s.tokens
-            for p, _, new in edited(s):                  # an edit writes its token: the row that wrote it
-                row[p], token[p] = r, new
-            row[remasked(s)], token[remasked(s)] = -1, -1
+        for _ in self._replay(steps, row, token):
+            pass
         return row, token
+
+    @staticmethod
+    def _replay(steps, row: np.ndarray, token: np.ndarray):
+        """Walk ``steps`` writing into ``row`` and ``token``: a step's commits, then its edits (the row that wrote
+        the token), then, after yielding (row index, step), its take-backs."""
+        for r, s in enumerate(steps):
+            row[s.committed], token[s.committed] = r, s.tokens
+            for p, _, new in edited(s):
+                row[p], token[p] = r, new
+            yield r, s
+            row[remasked(s)], token[remasked(s)] = -1, -1
 
     def replaced(self) -> list[tuple[int, int, int, int]]:
         """Every edit as (row that made it, position, token before, token after)."""
@@ -199,14 +207,9 @@ class Grid:
 
     def taken_back(self) -> list[tuple[int, int, int, int]]:
         """Every take-back as (row taken back at, position, token id taken back, row that had committed it)."""
-        row, token, out = np.full(self.trace.gen_length, -1), np.full(self.trace.gen_length, -1), []
-        for r, s in enumerate(self.trace.steps):
-            row[s.committed], token[s.committed] = r, s.tokens
-            for p, _, new in edited(s):
-                row[p], token[p] = r, new
-            out += [(r, p, int(token[p]), int(row[p])) for p in remasked(s)]
-            row[remasked(s)], token[remasked(s)] = -1, -1
-        return out
+        row, token = np.full(self.trace.gen_length, -1), np.full(self.trace.gen_length, -1)
+        return [(r, p, int(token[p]), int(row[p])) for r, s in self._replay(self.trace.steps, row, token)
+                for p in remasked(s)]
 
     @cached_property
     def conf(self) -> np.ndarray:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dico.trace import Trace
+from dico.trace import CLASH_MARK, Trace
 from visuals._common import TEMPLATE, notice, run_name, show
-
-CLASH_MARK = 1.0        # nats: a step drawn as a clash (the library's dico.observe.CLASH_MARK; visuals import no torch)
 
 
 def dependency_figure(trace: Trace, at: int, positions: list[int], matrix, answer_only: bool = True) -> go.Figure:
