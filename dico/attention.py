@@ -6,7 +6,9 @@ keep only the mean over those layers and all heads, on the model's device.
 Memory (on top of the model's own forward pass), per batch row, for a sequence of l positions, h heads
 of size d: the float32 copies of one layer's rotated queries and keys, about 4 * h * l * d * 4 bytes at the
 peak; the scores of ``HEAD_CHUNK`` heads at a time and their softmax, 2 * HEAD_CHUNK * l^2 * 4 bytes; and the
-running (l, l) float32 mean. Nothing is kept per layer, so the number of hooked layers does not matter.
+running (l, l) float32 mean. Nothing is kept per layer, so the number of hooked layers does not matter, unless a
+measurement asks for each layer's map (``capture(per_layer=True)``, ``dico.observe.layer_locality``): then one
+(l, l) float32 map a hooked layer (32 MB for LLaDA-8B's 32 layers at l = 512).
 For an 8B model (LLaDA-8B: 32 heads of 128) with a 256-token prompt and gen 256 (l = 512): 34 MB + 17 MB
 + 1 MB, about 52 MB (twice that with classifier-free guidance), against 16 GB of bf16 weights. The loop's
 stage maps add 3 * n * (n + 1) float64 on the device (1.6 MB at n = 256).
@@ -47,6 +49,7 @@ class AttentionHooks:
         self._key_mask: torch.Tensor | None = None
         self.total: torch.Tensor | None = None
         self.layers_seen = 0
+        self.per_layer: list[torch.Tensor] | None = None
 
     @classmethod
     def find(cls, model: nn.Module, layers=None) -> AttentionHooks | None:
@@ -70,10 +73,12 @@ class AttentionHooks:
         return cls(sites, int(heads), int(kv_heads), int(head_dim), theta)
 
     @contextmanager
-    def capture(self, key_mask: torch.Tensor | None = None):
-        """Hooks in place for one forward pass; ``maps()`` then holds the mean map. ``key_mask`` (b, l; bool, on
-        the model's device) hides padded keys, as the model's own attention mask does."""
+    def capture(self, key_mask: torch.Tensor | None = None, per_layer: bool = False):
+        """Hooks in place for one forward pass; ``maps()`` then holds the mean map (``per_layer``: each hooked
+        layer's). ``key_mask`` (b, l; bool, on the model's device) hides padded keys, as the model's own attention
+        mask does."""
         self.total, self.layers_seen, self._pending, self._key_mask = None, 0, {}, key_mask
+        self.per_layer = [] if per_layer else None
         handles = []
         for site in self.sites:
             handles.append(_source(site, "q").register_forward_hook(self._hook(site, "q")))
@@ -87,9 +92,11 @@ class AttentionHooks:
 
     def maps(self) -> tuple[torch.Tensor, ...] | None:
         """The mean over the hooked layers and heads as one (b, 1, l, l) map, like a one-layer, one-head
-        ``output_attentions``; None if no hooked layer ran."""
+        ``output_attentions`` (captured ``per_layer``: one such map a hooked layer); None if no hooked layer ran."""
         if self.total is None:
             return None
+        if self.per_layer is not None:
+            return tuple(layer[:, None] for layer in self.per_layer)
         return ((self.total / self.layers_seen)[:, None],)
 
     def _hook(self, site: nn.Module, which: str):
@@ -115,6 +122,8 @@ class AttentionHooks:
             part = scores.softmax(dim=-1).sum(dim=1)                                       # b, l, l
             mean = part if mean is None else mean + part
         mean = mean / self.heads
+        if self.per_layer is not None:
+            self.per_layer.append(mean)
         self.total = mean if self.total is None else self.total + mean
         self.layers_seen += 1
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator
+from functools import partial
 
 import torch
 
@@ -257,7 +258,8 @@ class Decoding:
             mirror = (self.window[0], logits[length:])
         conf, pred, margin, rank, signals = self.sampler.score(
             logits[self.m:length], self.predictor.mask_id, self.stops, signals=self.rule.signals,
-            tokens=self.ids[0, self.m:], mirror=mirror)
+            tokens=self.ids[0, self.m:], mirror=mirror,
+            fuse=partial(self.rule.fuse, masked=self.masked) if self.rule.fuses else None)
         choice = self.rule.choose(Scores(conf, pred, margin, self.masked, self.window, rank, signals, self.fixed,
                                          self.m, self.ids[0, self.m:].clone()))
         commit, remask, edit = self._checked(choice, pred)

@@ -66,13 +66,14 @@ class MaskPredictor:
 
     @torch.no_grad()
     def forward(self, ids: torch.Tensor, attentions: bool = False, attention_mask: torch.Tensor | None = None,
-                cache_rows: list | None = None):
+                cache_rows: list | None = None, per_layer: bool = False):
         """Logits (b, l, v) aligned to positions, in the model's dtype and on its device; with ``attentions``,
         the per-layer maps too. Scoring reduces them where they are (``dico.sampling.score``).
 
         ``attention_mask`` (b, l; 1 = real token) lets a batch pad its rows on the right: positions keep
         their ids, so each row's logits are those of its own sequence alone (``dico.batch``).
-        ``cache_rows`` (one ``(KVStore, positions)`` per row) makes it a cached pass (``dico.cache``)."""
+        ``cache_rows`` (one ``(KVStore, positions)`` per row) makes it a cached pass (``dico.cache``).
+        ``per_layer``: a model whose maps are recomputed (LLaDA, Dream) gives one a layer too, not their mean."""
         if cache_rows is not None:
             lengths = None if attention_mask is None else attention_mask.sum(dim=1).tolist()
             return cached_forward(self, ids, [s for s, _ in cache_rows], [p for _, p in cache_rows], lengths,
@@ -89,7 +90,7 @@ class MaskPredictor:
             kwargs["attention_mask"] = mask
         maps = None
         if capture and self.hooks is not None:
-            with self.hooks.capture(key_mask):
+            with self.hooks.capture(key_mask, per_layer):
                 out = self.model(input_ids=self.to_model(ids), **kwargs)
             maps = self.hooks.maps()
         else:

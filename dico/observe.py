@@ -4,6 +4,7 @@
     clashes.passes                             # the forward passes it spent, apart from the decode's NFE
     positions, matrix = dependency(predictor, trace, at=10)    # D[a][b]: how far writing a moves b (nats)
     locality(positions, matrix, answer_length=trace.answer_length)   # Observation II: near or far, much or little
+    layer_locality(predictor, trace)           # the attention lens, layer by layer (one pass a step)
 
 Each replays the state a step started from out of the trace alone (``Trace.tokens_before``: constraints, earlier
 commits, take-backs and a fork's edits), runs extra forward passes on it and never changes the decode. The model's
@@ -203,35 +204,91 @@ def attention_locality(trace: Trace, w: int = 3, among: set[int] | None = None) 
     From the attention the decode captured (layer- and head-averaged), so it costs no pass."""
     if trace.attention is None:
         raise ValueError("attention: the trace has no attention maps; decode with capture_attention=True")
-    out = {}
-    for stage, rows in zip(STAGES, trace.attention.matrix):
-        queries = [q for q, row in enumerate(rows) if row is not None and (among is None or q in among)]
-        if not queries:
-            out[stage] = None
-            continue
-        keys = torch.tensor([rows[q][1:] for q in queries], dtype=torch.float64)   # drop the prompt column
-        n = keys.shape[1]
-        key_pos = torch.arange(n, dtype=torch.float64)
-        allowed = torch.ones(len(queries), n, dtype=torch.bool)
-        if among is not None:
-            allowed &= torch.tensor([k in among for k in range(n)])[None]
-        qpos = torch.tensor(queries, dtype=torch.float64)[:, None]
-        allowed &= key_pos[None] != qpos
-        weights = keys * allowed
-        distance = (key_pos[None] - qpos).abs()
-        near = allowed & (distance <= w)
-        mass = float(weights.sum())
-        response = float(sum(sum(rows[q][1:]) for q in queries)) / sum(sum(rows[q]) for q in queries)
-        out[stage] = Locality(float(weights[near].sum()) / mass if mass else 0.0,
-                              float(near.sum()) / float(allowed.sum()),
-                              float((weights * distance).sum()) / mass if mass else 0.0, response, len(queries))
+    return {stage: _rows_locality(rows, w, among) for stage, rows in zip(STAGES, trace.attention.matrix)}
+
+
+def _rows_locality(rows: list, w: int, among: set[int] | None) -> Locality | None:
+    """``attention_locality`` of one stage's rows (a masked query's row: its attention to the prompt, summed, then
+    to each response key; None for a query never masked in that stage)."""
+    queries = [q for q, row in enumerate(rows) if row is not None and (among is None or q in among)]
+    if not queries:
+        return None
+    keys = torch.tensor([rows[q][1:] for q in queries], dtype=torch.float64)   # drop the prompt column
+    n = keys.shape[1]
+    key_pos = torch.arange(n, dtype=torch.float64)
+    allowed = torch.ones(len(queries), n, dtype=torch.bool)
+    if among is not None:
+        allowed &= torch.tensor([k in among for k in range(n)])[None]
+    qpos = torch.tensor(queries, dtype=torch.float64)[:, None]
+    allowed &= key_pos[None] != qpos
+    weights = keys * allowed
+    distance = (key_pos[None] - qpos).abs()
+    near = allowed & (distance <= w)
+    mass = float(weights.sum())
+    response = float(sum(sum(rows[q][1:]) for q in queries)) / sum(sum(rows[q]) for q in queries)
+    return Locality(float(weights[near].sum()) / mass if mass else 0.0, float(near.sum()) / float(allowed.sum()),
+                    float((weights * distance).sum()) / mass if mass else 0.0, response, len(queries))
+
+
+class ByLayer(dict):
+    """{stage: [one value a layer]}, and the forward passes measuring them spent."""
+    passes: int = 0
+
+
+def layer_maps(predictor, trace: Trace) -> ByLayer:
+    """Each layer's attention, by stage, as the decode's capture keeps their mean (``dico.loop``): every step's
+    state replayed (one pass a step, ``ROWS_PER_PASS`` at once), each layer's head-averaged map of the masked
+    response queries averaged over the steps of a stage; rows as ``AttentionStages.matrix`` holds them. The
+    decode itself keeps only the layers' mean; its capture is skipped on a cached pass that did not refresh, the
+    replay never is."""
+    if not predictor.supports_attention:
+        raise ValueError(f"attention: model {predictor.name!r} does not return attention maps")
+    model, n = Replayed(predictor, trace), trace.gen_length
+    m, layers = trace.prompt_length, None
+    states = [trace.tokens_before(k) for k in range(len(trace.steps))]
+    for begin in range(0, len(states), ROWS_PER_PASS):
+        chunk = states[begin:begin + ROWS_PER_PASS]
+        ids = predictor.to_model(torch.tensor([model.ids(t) for t in chunk], dtype=torch.long))
+        _, maps = predictor.forward(ids, attentions=True, per_layer=True)
+        model.passes += len(chunk)
+        if layers is None:
+            layers = len(maps)
+            sums = torch.zeros(len(STAGES), layers, n, n + 1, dtype=torch.float64)
+            counts = torch.zeros(len(STAGES), n, dtype=torch.float64)
+        for row, tokens in enumerate(chunk):
+            masked = torch.tensor([t is None for t in tokens])
+            stage, masked = STAGES.index(_stage(masked)), masked.double()
+            for layer, a in enumerate(maps):
+                rows = a[row].float().mean(dim=0)[m:m + n].double().cpu()              # n, l
+                keyed = torch.cat([rows[:, :m].sum(dim=1, keepdim=True), rows[:, m:m + n]], dim=1)
+                sums[stage, layer] += keyed * masked[:, None]
+            counts[stage] += masked
+    out = ByLayer()
+    for s, stage in enumerate(STAGES):
+        out[stage] = [[row if counts[s, q] > 0 else None for q, row in
+                       enumerate((sums[s, layer] / counts[s].clamp(min=1)[:, None]).tolist())]
+                      for layer in range(layers or 0)]
+    out.passes = model.passes
+    return out
+
+
+def layer_locality(predictor, trace: Trace, w: int = WITHIN, among: set[int] | None = None) -> ByLayer:
+    """Observation II through the attention lens, layer by layer (issue 52, item 3): {stage: [``Locality`` or None,
+    one a layer]}, as ``attention_locality`` measures the layers' mean (``layer_maps``: one pass a step)."""
+    maps = layer_maps(predictor, trace)
+    out = ByLayer({stage: [_rows_locality(rows, w, among) for rows in per_layer] for stage, per_layer in maps.items()})
+    out.passes = maps.passes
     return out
 
 
 def stage_of(trace: Trace, at: int) -> str:
     """The stage (``STAGES``) a step falls in, by the unmasked fraction before it, as the attention stages split."""
-    before = trace.tokens_before(at)
-    unmasked = sum(t is not None for t in before) / max(len(before), 1)
+    return _stage(torch.tensor([t is None for t in trace.tokens_before(at)]))
+
+
+def _stage(masked: torch.Tensor) -> str:
+    """The stage of a state by its (n,) mask, its unmasked fraction in float32 as the loop's capture splits them."""
+    unmasked = 1.0 - masked.float().mean().item() if masked.numel() else 0.0
     return STAGES[min(int(unmasked * len(STAGES)), len(STAGES) - 1)]
 
 

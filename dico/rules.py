@@ -99,6 +99,14 @@ class Rule:
         with no mask left, which only a lingering rule gets, may commit nothing)."""
         raise NotImplementedError
 
+    fuses: bool = False             # it adds its own memory to the logits before they are scored (``fuse``)
+
+    def fuse(self, logits: torch.Tensor, probs: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+        """The logits this pass is scored from, on the model's device, for a rule whose published code adds a memory of
+        its own to the model's (dInfer's credit): ``logits`` (n, v) as the sampler prepared them (a copy), ``probs``
+        their distribution, ``masked`` (n,) the CPU mask of the response before this step."""
+        return logits
+
     def lingers(self) -> bool:
         """Whether the rule wants another pass over the current window although it has no mask left (LLaDA 2.1's
         post-edit passes). A lingering rule bounds those passes itself (docs/decoding.md §3.2)."""

@@ -1,7 +1,8 @@
-"""Decoders the field moved to after the paper, as rules over the one loop (docs/decoding.md §7.8-7.10): dInfer's
-hierarchical decoder (one token from each sure run of masks), Prophet's early commit (everything at once when the
-answer's logit gap is wide) and ReMDM as Saber's repository runs it (take the least likely tokens back and decode
-them again). LLaDA 2.1's editing rules are in ``dico.editing``.
+"""Decoders the field moved to after the paper, as rules over the one loop (docs/decoding.md §7.8-7.11): dInfer's
+hierarchical decoder (one token from each sure run of masks) and its credit decoder (a steady prediction earns a
+logit bonus), Prophet's early commit (everything at once when the answer's logit gap is wide) and ReMDM as
+Saber's repository runs it (take the least likely tokens back and decode them again). LLaDA 2.1's editing rules
+are in ``dico.editing``.
 
 Each is written from its published code's behaviour (read, not copied; the sources are named in docs/decoding.md);
 ties go to the lower position as everywhere, but ReMDM, which takes among exactly equal values what its code's
@@ -16,7 +17,7 @@ import torch
 
 from dico.field_rules import _saber_topk
 from dico.rules import Choice, Rule, Schedule, Scores, top1, top_ranked
-from dico.settings import HierarchySettings, ProphetSettings, ReMDMSettings
+from dico.settings import CreditSettings, HierarchySettings, ProphetSettings, ReMDMSettings
 
 
 def mask_runs(allowed: torch.Tensor) -> list[tuple[int, int]]:
@@ -44,6 +45,38 @@ class Hierarchy(Rule):
                 picked[start:end] |= conf[start:end] == best
         picked[top1(s.conf, cand)] = True
         return Choice(torch.nonzero(picked).flatten().tolist(), "fast")
+
+
+@dataclass
+class Credit(Rule):
+    """dInfer's credit threshold decoder (§7.11). Each window keeps a credit for every (position, token): at every
+    pass, after the window's first, all credit decays by ``decay_beta``; each masked position's most likely token
+    gains its probability to the power ``boost_gamma``; the pass is then scored from the logits plus
+    ``credit_alpha`` x log(1 + credit). Commit every masked position of the window whose confidence is at least
+    ``threshold``, or, none being, the most confident one and any within 1e-5 of it (its code's float32 rule)."""
+    settings: CreditSettings = field(default_factory=CreditSettings)
+    fuses = True
+
+    def start(self, window) -> None:
+        self.window, self.credit = window, None
+
+    def fuse(self, logits: torch.Tensor, probs: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+        cfg, (start, end) = self.settings, self.window
+        if self.credit is None:                              # (w, v) on the model's device, as its code keeps it
+            self.credit = torch.zeros(end - start, logits.shape[1], dtype=torch.float32, device=logits.device)
+        else:
+            self.credit.mul_(cfg.decay_beta)
+        top = probs[start:end].float().max(dim=-1)
+        gain = top.values.pow(cfg.boost_gamma) * masked[start:end].to(logits.device, torch.float32)
+        self.credit.scatter_add_(1, top.indices[:, None], gain[:, None])
+        logits[start:end] += cfg.credit_alpha * torch.log(self.credit + 1)
+        return logits
+
+    def choose(self, s: Scores) -> Choice:
+        cand = s.candidates()
+        conf = torch.where(cand, s.conf.float(), torch.full_like(s.conf, -math.inf, dtype=torch.float32))
+        bar = (conf.max() - 1e-5).clamp(-1000, self.settings.threshold)
+        return Choice(torch.nonzero(cand & (conf >= bar)).flatten().tolist(), "fast")
 
 
 @dataclass

@@ -65,11 +65,14 @@ class Sampler:
         return uncond + (scale + 1) * (cond - uncond), (None if maps is None else tuple(a[:b] for a in maps))
 
     def score(self, logits: torch.Tensor, mask_id: int | None = None, stop_ids=(), signals=(),
-              tokens: torch.Tensor | None = None, mirror: torch.Tensor | None = None):
+              tokens: torch.Tensor | None = None, mirror: torch.Tensor | None = None, fuse=None):
         """conf, pred, margin and rank (None unless asked for) per position of ``logits`` (n, v), on the CPU, and
-        the ``signals`` a rule asked for (``SIGNALS``) as a dict of (n,) CPU vectors (empty when none)."""
+        the ``signals`` a rule asked for (``SIGNALS``) as a dict of (n,) CPU vectors (empty when none). ``fuse``:
+        a rule's ``fuse(logits, probs)`` (``Rule.fuse``), whose logits everything is then read from."""
         cfg = self.settings
         x, stops = self._prepared(logits, mask_id, stop_ids)                   # n, v
+        if fuse is not None:
+            x = fuse(x, self._probs(x.to(self.precision), logits, mask_id))
         top = x.topk(2, dim=-1)                                                # n, 2
         margin = top.values[:, 0] - top.values[:, 1]
         pred = top.indices[:, 0] if cfg.temperature == 0 else self._sample(x)

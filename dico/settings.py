@@ -398,6 +398,23 @@ class HierarchySettings(SamplingSettings):
 
 
 @dataclass(frozen=True)
+class CreditSettings(SamplingSettings):
+    """dInfer's credit threshold decoder (``CreditThresholdParallelDecoder``, docs/decoding.md §7.11): a token the
+    model keeps predicting at a masked position earns credit there, added to its logit, so a steady prediction
+    crosses the threshold sooner than one that wavers."""
+    method = "credit"
+    threshold: float = setting(0.9, "commit every masked position of the window whose confidence, credit included, "
+                               "is at least this (none: the most confident one, and any within 1e-5 of it)",
+                               range=(0.0, 1.0), step=0.01)
+    credit_alpha: float = setting(0.7, "how much credit counts: each token's logit gains credit_alpha x "
+                                  "log(1 + its credit)", range=(0.0, 10.0), step=0.05)
+    boost_gamma: float = setting(0.2, "each pass, a masked position's most likely token gains credit: its "
+                                 "probability to this power", range=(0.0, 10.0), step=0.05)
+    decay_beta: float = setting(0.8, "every credit of the window is multiplied by this each pass after its first",
+                                range=(0.0, 1.0), step=0.05)
+
+
+@dataclass(frozen=True)
 class ProphetSettings(SamplingSettings):
     """Prophet's early commit (``generate_earlyexit.py``, docs/decoding.md §7.9): LLaDA's low-confidence sampler
     until the answer's top-2 logit gap is wide enough for the progress made, then every mask at once."""
@@ -451,12 +468,14 @@ LLaDA21Settings.presets = {"speed_mode": {"threshold": 0.5, "edit_threshold": 0.
 
 SETTINGS = {cls.method: cls for cls in (VanillaSettings, TopKSettings, FastSettings, FastFactorSettings, DiCoSettings,
                                         EBSettings, KLASSSettings, WINOSettings, SaberSettings, LLaDA21Settings,
-                                        T2MSettings, HierarchySettings, ProphetSettings, ReMDMSettings)}
+                                        T2MSettings, HierarchySettings, CreditSettings, ProphetSettings,
+                                        ReMDMSettings)}
 METHODS = tuple(SETTINGS)
 METHOD_LABELS = {"vanilla": "Vanilla", "topk": "Top-k per step", "fast": "Fast-dLLM",
                  "fast-factor": "Fast-dLLM (factor)",
                  "dico": "DiCo", "eb": "EB-Sampler", "klass": "KLASS", "wino": "WINO", "saber": "Saber",
                  "llada21": "LLaDA 2.1", "t2m": "Token-to-mask", "hierarchy": "dInfer hierarchy",
+                 "credit": "dInfer credit",
                  "prophet": "Prophet", "remdm": "ReMDM"}
 # The decoders that may take committed tokens back (a step's ``remasked``); a run of them ends at the pass limit.
 REVISING = ("wino", "saber", "t2m", "remdm")

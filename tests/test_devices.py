@@ -130,6 +130,20 @@ def test_remote_code_models_decode_and_give_attention_on_the_accelerator(remote,
         assert got.attention.matrix == want.attention.matrix
 
 
+@pytest.mark.parametrize("kind", ["llada", "dream"])
+def test_the_attention_lens_layer_by_layer_runs_on_the_accelerator_and_averages_to_the_decodes_map(remote, kind):
+    """LLaDA's and Dream's maps are recomputed by hooks (``dico.attention``): kept a layer each when asked."""
+    from dico.observe import layer_maps
+    from test_observe import assert_same_rows, layers_averaged
+    _, gpu = remote[kind]
+    with accelerator():
+        trace = dico.generate(gpu, "w1 w2 w3", "vanilla", gen_length=12, capture_attention=True)
+        maps = layer_maps(gpu, trace)
+    assert all(len(per_layer) == len(gpu.hooks.sites) > 1 for per_layer in maps.values())
+    for stage, rows in zip(maps, trace.attention.matrix):
+        assert_same_rows(layers_averaged(maps)[stage], rows)
+
+
 # ============================================================================ device and dtype defaults
 
 def test_a_model_loaded_on_the_accelerator_runs_in_bfloat16_by_default_and_decodes():

@@ -29,7 +29,7 @@ PROMPT = "Tom has 5 apples"
 PHASES = {"vanilla": {"vanilla"}, "topk": {"vanilla"}, "fast": {"fast"}, "fast-factor": {"fast"},
           "dico": {"divide", "conquer", "finalize"}, "eb": {"vanilla"}, "klass": {"fast", "vanilla"},
           "wino": {"fast"}, "saber": {"fast"}, "llada21": {"fast", "edit"}, "t2m": {"fast", "edit"},
-          "hierarchy": {"fast"}, "prophet": {"vanilla", "fast"}, "remdm": {"vanilla"}}
+          "hierarchy": {"fast"}, "credit": {"fast"}, "prophet": {"vanilla", "fast"}, "remdm": {"vanilla"}}
 SETTINGS = {
     "vanilla": [{}],
     "topk": [{}, {"k": 1}, {"k": 3}],
@@ -44,6 +44,7 @@ SETTINGS = {
     "llada21": [{}, {"speed_mode": True}, {"max_post_edit_steps": 0}, {"threshold": 0.95, "edit_threshold": 0.2}],
     "t2m": [{}, {"speed_mode": True}, {"max_post_edit_steps": 0}],
     "hierarchy": [{}, {"threshold": 0.5, "low_threshold": 0.0}],
+    "credit": [{}, {"threshold": 0.5, "credit_alpha": 3.0, "decay_beta": 0.0}, {"credit_alpha": 0.0}],
     "prophet": [{}, {"early": 0.5, "mid": 0.5, "late": 0.5}, {"answer_start": 3, "answer_length": 2}],
     "remdm": [{}, {"init_unmask_ratio": 1.0, "loop_steps": 3}, {"init_unmask_ratio": 0.5, "unmask_k": 1}],
 }

@@ -9,7 +9,17 @@ import pytest
 import torch
 
 import dico
-from dico.observe import Replayed, attention_locality, clash, dependency, locality, stage_of, step_clash
+from dico.observe import (
+    Replayed,
+    attention_locality,
+    clash,
+    dependency,
+    layer_locality,
+    layer_maps,
+    locality,
+    stage_of,
+    step_clash,
+)
 from dico.trace import read_traces
 from standins import dream_standin, llada_standin, random_predictor
 
@@ -120,6 +130,40 @@ def test_attention_locality_by_stage_from_the_captured_maps(predictor):
         attention_locality(dico.generate(predictor, "Add 3 to 4.", "fast", gen_length=8))
 
 
+def layers_averaged(maps: dict) -> dict:
+    """{stage: rows} of the mean over the layers of ``layer_maps``' rows (None rows stay None)."""
+    out = {}
+    for stage, per_layer in maps.items():
+        out[stage] = [None if rows[0] is None else [sum(r[k] for r in rows) / len(rows) for k in range(len(rows[0]))]
+                      for rows in zip(*per_layer)]
+    return out
+
+
+def assert_same_rows(got: list, want: list) -> None:
+    assert [r is None for r in got] == [r is None for r in want]
+    for g, w in zip(got, want):
+        if w is not None:
+            assert g == pytest.approx(w, abs=1e-4)
+
+
+def test_the_attention_lens_layer_by_layer_replays_each_step_and_its_layers_average_to_the_decodes_map(predictor):
+    trace = dico.generate(predictor, "Take the numbers 4, 9, 2. Add 3 to each number.", "vanilla", gen_length=24,
+                          capture_attention=True)
+    maps = layer_maps(predictor, trace)
+    assert maps.passes == trace.nfe                                  # one pass a step
+    layers = len(predictor.model.config.num_hidden_layers * [0])
+    assert all(len(per_layer) == layers for per_layer in maps.values())
+    for stage, rows in zip(maps, trace.attention.matrix):
+        assert_same_rows(layers_averaged(maps)[stage], rows)
+    found = layer_locality(predictor, trace, w=3, among=set(range(trace.answer_length)))
+    assert found.passes == trace.nfe and set(found) == {"early", "middle", "late"}
+    for per_layer in found.values():
+        assert len(per_layer) == layers
+        assert all(got is None or 0 <= got.within <= 1 for got in per_layer)
+    with pytest.raises(ValueError, match="does not return attention maps"):
+        layer_maps(random_predictor(seed=1), dico.generate(random_predictor(seed=1), "a b", "vanilla", gen_length=4))
+
+
 def test_moderate_clusters_count_runs_of_adjacent_masked_answer_positions_in_the_band(lesson):
     """Under one token a step (Vanilla writes the padding first here), the pick's names sit at moderate confidence
     for most of the run: overlooked; Fast-dLLM commits its moderate runs within three steps."""
@@ -149,6 +193,7 @@ def test_the_observe_bench_measures_a_family_and_draws_its_tables(predictor):
     rows = cell(predictor, ("observe", "pick", "non-ar"), 1, 1) + cell(predictor, ("clash", 1, "pick", "non-ar"), 1, 1)
     assert rows[0]["n"] == 1 and any(k.startswith("dependency answer") for k in rows[0]["lenses"])
     assert any(k.startswith("attention answer") for k in rows[0]["lenses"])
+    assert any(k.startswith("attention layer 3 answer") for k in rows[0]["lenses"])     # the model's 4 layers
     assert rows[1]["label"] == "Top-4 per step" and rows[1]["wrong_marked"] == rows[1]["wrong"]
     assert kind({"rows": rows}) == "observe"
     assert "| pick | non-ar | Top-4 per step |" in observe_markdown(rows, "t")

@@ -1,8 +1,9 @@
-"""The decoders of 2026 (docs/decoding.md §3.2, §7.6-7.10): LLaDA 2.1's joint threshold replaces written tokens,
-token-to-mask takes them back instead, dInfer's hierarchy commits one token a sure run of masks, Prophet commits
-everything once the answer's logit gap is wide, ReMDM takes the least likely tokens back in loops. Each rule's
-choice on scripted scores, then the loop's promises on the embedded model (edits recorded and replayed, fixed tokens
-never edited; a cache refreshed every pass decodes an editing run exactly as none: tests/test_revision.py)."""
+"""The decoders of 2026 (docs/decoding.md §3.2, §7.6-7.11): LLaDA 2.1's joint threshold replaces written tokens,
+token-to-mask takes them back instead, dInfer's hierarchy commits one token a sure run of masks and its credit
+rewards a steady prediction, Prophet commits everything once the answer's logit gap is wide, ReMDM takes the least
+likely tokens back in loops. Each rule's choice on scripted scores, then the loop's promises on the embedded model
+(edits recorded and replayed, fixed tokens never edited; a cache refreshed every pass decodes an editing run exactly
+as none: tests/test_revision.py)."""
 from __future__ import annotations
 
 import pytest
@@ -100,6 +101,41 @@ def test_hierarchy_commits_the_best_of_every_sure_run_of_masks_and_everything_ab
 def test_hierarchy_always_commits_the_windows_best_position():
     s = written([0.1, 0.2, 0.15], [9] * 3, [1] * 3, masked=[0, 1, 2])
     assert rule("hierarchy").choose(s).commit == [1]
+
+
+# ------------------------------------------------------------------------------------------ dInfer's credit
+
+def test_credit_commits_at_its_threshold_and_else_the_best_with_its_near_ties():
+    credit = rule("credit")                                # threshold 0.9, reached by equality
+    credit.start((0, 4))
+    assert credit.choose(written([0.95, 0.9, 0.5, 0.99], [9] * 4, [1] * 4, masked=[0, 1, 2])).commit == [0, 1]
+    # none reaches 0.9: the best, and a position within 1e-5 of it (its code's float32 rule)
+    assert credit.choose(written([0.5, 0.500005, 0.49, 0.3], [9] * 4, [1] * 4, masked=[0, 1, 2, 3])).commit == [0, 1]
+
+
+def test_credit_adds_what_a_steady_prediction_earned_to_its_logit_and_lets_it_decay():
+    credit = rule("credit")                                # alpha 0.7, gamma 0.2, beta 0.8
+    credit.start((1, 3))
+    logits = torch.tensor([[0.0, 0.0, 0.0], [2.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    masked = torch.tensor([True, True, False])
+    probs = torch.softmax(logits, dim=-1)
+    fused = credit.fuse(logits.clone(), probs, masked)
+    earned = probs[1, 0] ** 0.2                            # position 1's top token; position 2 is written: none
+    assert torch.equal(fused[0], logits[0])                # outside the window: untouched
+    assert torch.allclose(fused[1], logits[1] + torch.tensor([0.7 * torch.log1p(earned), 0.0, 0.0]))
+    assert torch.equal(fused[2], logits[2])
+    fused = credit.fuse(logits.clone(), probs, masked)     # the second pass: decayed, then earned again
+    assert torch.allclose(fused[1, 0], logits[1, 0] + 0.7 * torch.log1p(0.8 * earned + earned))
+    credit.start((0, 3))                                   # a new window starts with no credit
+    assert torch.allclose(credit.fuse(logits.clone(), probs, torch.zeros(3, dtype=torch.bool)), logits)
+
+
+def test_credit_without_weight_commits_as_dinfers_plain_threshold_and_with_it_in_fewer_passes(predictor):
+    with_credit = generate(predictor, WORD, "credit", mode="non-ar", gen_length=96)
+    without = generate(predictor, WORD, "credit", mode="non-ar", gen_length=96, credit_alpha=0.0)
+    fast = generate(predictor, WORD, "fast", mode="non-ar", gen_length=96, threshold=0.9)
+    assert [s.committed for s in without.steps] == [s.committed for s in fast.steps]     # no near ties here
+    assert with_credit.text == fast.text and with_credit.nfe < fast.nfe
 
 
 # ------------------------------------------------------------------------------------------ Prophet

@@ -65,10 +65,12 @@ def stage_steps(trace) -> dict[str, int]:
 
 
 def observations(predictor, family: str, mode: str, n_items: int, batch_size: int) -> list[dict]:
-    """One (family, mode) cell on Vanilla: Observation II through both lenses by stage, Observation III, the floor."""
-    from dico.observe import attention_locality, dependency, floor, locality, moderate_clusters
+    """One (family, mode) cell on Vanilla: Observation II through both lenses by stage (attention also layer by layer:
+    one replayed pass a step, counted with the dependency's passes), Observation III, the floor."""
+    from dico.observe import attention_locality, dependency, floor, layer_locality, locality, moderate_clusters
     items = tasks.make_split(family, "test", n_items)
-    traces = _decode(attending(predictor), items, "vanilla", {}, mode, batch_size, capture=True)
+    seeing = attending(predictor)
+    traces = _decode(seeing, items, "vanilla", {}, mode, batch_size, capture=True)
     lens: dict[str, dict[str, list]] = {}
     passes = 0
     for trace in traces:
@@ -83,11 +85,15 @@ def observations(predictor, family: str, mode: str, n_items: int, batch_size: in
                         lens.setdefault(f"dependency {scope} {stage}", {}).setdefault(name, []).append(
                             getattr(got, name))
         if trace.attention is not None:
-            for stage, got in attention_locality(trace, WITHIN, answer).items():
+            lenses = {f"attention answer {s}": got for s, got in attention_locality(trace, WITHIN, answer).items()}
+            by_layer = layer_locality(seeing, trace, WITHIN, answer)
+            passes += by_layer.passes
+            lenses |= {f"attention layer {i} answer {stage}": got for stage, per_layer in by_layer.items()
+                       for i, got in enumerate(per_layer)}
+            for key, got in lenses.items():
                 if got is not None:
                     for name in ("within", "even", "mean_distance", "total"):
-                        lens.setdefault(f"attention answer {stage}", {}).setdefault(name, []).append(
-                            getattr(got, name))
+                        lens.setdefault(key, {}).setdefault(name, []).append(getattr(got, name))
     clusters = [moderate_clusters(t) for t in traces]
     floors = [floor(predictor, item.prompt, mode=mode, gen_length=DEFAULT_GEN_LENGTH,
                     block_length=DEFAULT_BLOCK_LENGTH) for item in items]
@@ -151,7 +157,7 @@ def plan(args) -> Plan:
     modes = options.modes(args.modes)
     options.at_least_one(jobs=args.jobs, batch_size=args.batch_size)
     methods = options.choices("methods", args.methods, [m for _, m, s in TABLE if not s or m != "dico"], "method",
-                              default=())
+                              none_ok=True)
     configs = [i for i, (_, method, settings) in enumerate(TABLE) if method in methods]
     cells = [("observe", f, m) for f in families for m in modes] + \
         [("clash", i, f, m) for i in configs for f in families for m in modes]

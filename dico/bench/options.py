@@ -7,11 +7,12 @@ from dico.embedded import tasks
 from dico.settings import MODES
 
 
-def choices(option: str, text: str | None, allowed, noun: str, default=()) -> tuple[str, ...]:
-    """A comma-separated option's values (``default`` when it is not given), each one of ``allowed``."""
+def choices(option: str, text: str | None, allowed, noun: str, default=(), none_ok: bool = False) -> tuple[str, ...]:
+    """A comma-separated option's values (``default`` when it is not given), each one of ``allowed``; ``none_ok``:
+    an empty value chooses none."""
     chosen = tuple(dict.fromkeys(v for v in (text or "").split(",") if v)) or tuple(default)
     unknown = [v for v in chosen if v not in allowed]
-    if unknown or not chosen:
+    if unknown or not (chosen or none_ok):
         raise ValueError(f"{option}: unknown {noun} {(unknown or [text])[0]!r}; choose from {', '.join(allowed)}")
     return chosen
 
