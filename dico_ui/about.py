@@ -179,6 +179,54 @@ def fork_story(traces: list[Trace]) -> str:
     return " ".join(said)
 
 
+def _word(trace: Trace, token: int) -> str:
+    return f"‘{clean(trace.token_text(token).strip()) or '␣'}’"
+
+
+def _replacement(run: Trace, k: int, pos: int, old: int, new: int) -> str:
+    """One replacement of step ``k`` in words: when the replaced token was written, which neighbours (within two
+    positions) were written after it, before the edit (what it was chosen without), and what replaced it."""
+    wrote = max((i for i, s in enumerate(run.steps[:k]) if pos in s.committed or any(e[0] == pos for e in s.edited)),
+                default=None)
+    if wrote is None:                               # written before the first step (a constraint, a fork's edit)
+        return f"replaced {_word(run, old)} at position {pos} with {_word(run, new)} in step {k}"
+    later = {}
+    for i in range(wrote + 1, k):
+        step = run.steps[i]
+        near = [f"{_word(run, t)} at {q}" for q, t in zip(step.committed, step.tokens) if 0 < abs(q - pos) <= 2]
+        if near:
+            later[i] = " and ".join(near)
+    seen = (f", before its neighbours were written ({'; '.join(f'{w} in step {i}' for i, w in later.items())})"
+            if later else "")
+    return (f"wrote {_word(run, old)} at position {pos} in step {wrote}{seen}, and in step {k} replaced it with "
+            f"{_word(run, new)}")
+
+
+def edit_story(traces: list[Trace]) -> str:
+    """What the first editing run on screen (LLaDA 2.1) replaced, in words: the tokens of its first step with
+    replacements, when each was written and which neighbours were written after it, its answer, and the answer of a
+    run of the same method that replaced nothing (the rule without edits) beside it, judged where the prompt can be
+    checked."""
+    run = next((t for t in traces if t.replaced()), None)
+    if run is None:
+        return ""
+    k = next(i for i, s in enumerate(run.steps) if s.edited)
+    shown = run.steps[k].edited[:3]
+    more = run.replaced() - len(shown)
+    said = [f"**{clean(run.name)}** " + "; ".join(_replacement(run, k, *e) for e in shown)
+            + (f" ({more} more replacement{'s' if more != 1 else ''} after)" if more else "")
+            + f": it answers {_answer(run)} in {run.nfe} steps."]
+    plain = next((t for t in traces if t.method == run.method and not t.replaced()), None)
+    if plain is not None:
+        final = _final(plain)
+        held = " and ".join(_word(plain, final[p]) for p, _, _ in shown if final[p] is not None)
+        rule = ", ".join(f"{key} {value}" for key, value in plain.settings_given().items()
+                         if isinstance(value, float))
+        said.append(f"**{clean(plain.name)}** (the same rule{' at ' + rule if rule else ''}, which replaced nothing) "
+                    f"{'keeps ' + held + ' there and ' if held else ''}answers {_answer(plain)}.")
+    return " ".join(said)
+
+
 def settings_tables() -> str:
     """The About text's settings: one table per group of generated controls (the shared sampling options once)."""
     groups: dict[str, list] = {}

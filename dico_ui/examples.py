@@ -1,10 +1,12 @@
 """Make the shipped examples the app replays without a model: the example run the page opens on (one example prompt
 raced by the lesson's lanes, Vanilla, naive top-k, Fast-dLLM and DiCo, on the embedded model, saved as a trace
-bundle) and the example fork of the fork panel (that run and a fork of its naive lane that answers right).
+bundle), the example fork of the fork panel (that run and a fork of its naive lane that answers right) and the
+editing example (LLaDA 2.1 replacing a written token mid-decode, which repairs its answer).
 
     python -m dico_ui.examples                        # the example chosen before (assets/examples.json "opens_on")
     python -m dico_ui.examples --choose pick,team --items 40   # measure held-out items, choose, write both files
     python -m dico_ui.examples --fork                 # the example fork of the run above (assets/ui/fork_example.json)
+    python -m dico_ui.examples --edit pick,team --items 40     # the editing example (assets/ui/edit_example.json)
 
 ``--choose`` races every candidate item and keeps those that show the lesson: Vanilla (one token a step),
 Fast-dLLM and DiCo answer right and naive top-k answers wrong. Of those it opens on the one whose DiCo answer is
@@ -22,7 +24,7 @@ from pathlib import Path
 from dico.forking import candidates, fork
 from dico.settings import DEFAULT_GEN_LENGTH, NON_AR
 from dico.trace import Trace, bundle_json, read_traces
-from dico_ui.forks import FORK_EXAMPLE
+from dico_ui.forks import EDIT_EXAMPLE, FORK_EXAMPLE
 from dico_ui.handlers import EXAMPLE_RUN
 from dico_ui.models import get_predictor, warm_up
 from dico_ui.race import race
@@ -72,8 +74,8 @@ def choose(predictor, families, n_items: int, progress: bool = True) -> tuple[ob
     return item, traces, found
 
 
-def example_entry(item, found: dict, model: str) -> dict:
-    """The chosen item as an assets/examples.json entry (the same fields as the other pick and team entries)."""
+def item_entry(item) -> dict:
+    """A held-out item as an assets/examples.json entry (the same fields as the other pick and team entries)."""
     from dico.embedded import tasks
 
     index = next(i for i, x in enumerate(tasks.make_split(item.family, "test", tasks.TEST_SIZE)) if x == item)
@@ -81,11 +83,120 @@ def example_entry(item, found: dict, model: str) -> dict:
              "source": f"tasks.make_split({item.family!r}, 'test')[{index}]"}
     if getattr(item, "offered", None):
         entry |= {"offered": list(item.offered), "count": item.count}
+    return entry
+
+
+def example_entry(item, found: dict, model: str) -> dict:
+    """The chosen item as an assets/examples.json entry, saying how it was chosen."""
+    entry = item_entry(item)
     entry["chosen"] = (f"by python -m dico_ui.examples --choose on {model}: {found['lesson']} of {found['items']} "
                        f"held-out {'/'.join(found['families'])} items showed the lesson (Vanilla, Fast-dLLM and DiCo "
                        f"right, naive top-k wrong; top-k wrong on {found['naive_wrong']}); this one completes "
                        "DiCo's answer soonest")
     return entry
+
+
+# ============================================================================ the editing example
+
+# LLaDA 2.1's joint threshold beside the same rule that never edits: a replacement must beat probability 1.0.
+NO_EDITS = {"method": "llada21", "label": "LLaDA 2.1, no edits", "settings": {"edit_threshold": 1.0}}
+EDIT_PAIR = (NO_EDITS, "llada21")
+EDIT_LANES = ("vanilla", NO_EDITS, "llada21", "t2m")   # and Token-to-mask, which takes tokens back instead
+PLAIN, EDITING = EDIT_LANES.index(NO_EDITS), EDIT_LANES.index("llada21")
+
+
+def choose_edit(predictor, families, n_items: int, progress: bool = True) -> tuple[object, list, dict]:
+    """The held-out item whose answer LLaDA 2.1's edits repair with the fewest replacements (then passes, then the
+    shorter prompt), its race (``EDIT_LANES``) and what the measurement found."""
+    from tqdm import tqdm
+
+    from dico.embedded import tasks
+
+    items = [item for family in families for item in tasks.make_split(family, "test", n_items)]
+    repaired, broke, edited = [], 0, 0
+    for item in tqdm(items, desc="edits", disable=not progress):
+        plain, editing = race_traces(predictor, item.prompt, EDIT_PAIR)
+        right = verdicts(item, (plain, editing))
+        edited += editing.replaced() > 0
+        broke += right[0] and not right[1]
+        if right[1] and not right[0]:
+            repaired.append((editing.replaced(), editing.nfe, len(item.prompt), len(repaired), item))
+    found = {"families": list(families), "items": len(items), "edited": edited, "repaired": len(repaired),
+             "broke": broke}
+    if not repaired:
+        raise SystemExit(f"no item of {', '.join(families)} (first {n_items} each) is repaired by LLaDA 2.1's edits: "
+                         f"it replaced tokens on {edited} of {len(items)} and broke {broke}")
+    *_, item = min(repaired, key=lambda r: r[:4])
+    traces = race_traces(predictor, item.prompt, EDIT_LANES)
+    plain, editing = traces[PLAIN], traces[EDITING]
+    if not (verdicts(item, (editing,)) == [True] and verdicts(item, (plain,)) == [False] and editing.replaced()):
+        raise SystemExit(f"the race of the chosen item does not show the repair it was chosen for: {plain.name} "
+                         f"{plain.text!r}, {editing.name} {editing.text!r} ({editing.replaced()} replaced)")
+    found["chosen"] = {"replaced": editing.replaced(), "nfe": editing.nfe}
+    return item, traces, found
+
+
+EDIT_CHOSEN = "the editing example"         # how an examples-file entry chosen by --edit says so
+
+
+def edit_entry(item, found: dict, model: str, plain: str) -> dict:
+    """The editing example as an assets/examples.json entry: why its answers can mix (``plain``: the answer without
+    edits) and how it was chosen."""
+    entry = item_entry(item)
+    offered, count = len(getattr(item, "offered", ()) or ()) or "several", getattr(item, "count", 1) or 1
+    head = f"Any {count} of the {offered} offered are right, in any order" if count > 1 else \
+        f"Any of the {offered} offered is right"
+    why = ("a first name and a surname must belong to the same person. Committed in the same step, or the one "
+           "before the other is written, they can mix two people" if item.family == "team" else
+           "the answer's slots depend on each other. Committed in the same step, or one before the other is "
+           "written, they can repeat a thing or join the pieces of two")
+    entry["note"] = (f"{head}, but {why} (“{plain.strip()}” without edits); LLaDA 2.1 "
+                     "may replace a written token once its neighbours are written (token-to-token editing), which "
+                     "repairs it here.")
+    entry["chosen"] = (f"{EDIT_CHOSEN} (assets/ui/edit_example.json), by python -m dico_ui.examples --edit on "
+                       f"{model}: of {found['items']} held-out {'/'.join(found['families'])} items LLaDA 2.1 replaced "
+                       f"written tokens on {found['edited']}; its edits repaired {found['repaired']} (right, and wrong "
+                       f"at edit_threshold 1.0, which never edits) and broke {found['broke']}; this one is repaired "
+                       f"with the fewest replacements ({found['chosen']['replaced']}, in {found['chosen']['nfe']} "
+                       "passes)")
+    return entry
+
+
+def record_edit(shipped: dict, entry: dict) -> dict:
+    """The examples file with the editing example recorded: added (an entry an earlier ``--edit`` added for another
+    item goes), or its note of how it was chosen set on the entry already there (as ``edit_chosen`` beside a
+    ``chosen`` of another kind), the example the page opens on unchanged."""
+    examples = shipped["examples"]
+    opens_on = examples[shipped["opens_on"]]["prompt"] if "opens_on" in shipped else None
+    examples = [dict(e) for e in examples if e["prompt"] == entry["prompt"]
+                or not str(e.get("chosen", "")).startswith(EDIT_CHOSEN)]
+    for e in examples:
+        if e["prompt"] != entry["prompt"]:
+            e.pop("edit_chosen", None)
+    same = next((e for e in examples if e["prompt"] == entry["prompt"]), None)
+    if same is None:
+        examples.append(entry)
+    elif str(same.get("chosen", EDIT_CHOSEN)).startswith(EDIT_CHOSEN):
+        same["chosen"] = entry["chosen"]
+    else:
+        same["edit_chosen"] = entry["chosen"]
+    shipped = {**shipped, "examples": examples}
+    if opens_on is not None:
+        shipped["opens_on"] = [e["prompt"] for e in examples].index(opens_on)
+    return shipped
+
+
+def write_edit_example(predictor, families, n_items: int, out: Path, examples: Path) -> None:
+    """Measure, choose and write the editing example, and record it in the examples file."""
+    item, traces, found = choose_edit(predictor, families, n_items)
+    entry = edit_entry(item, found, predictor.name, traces[PLAIN].text)
+    shipped = record_edit(json.loads(examples.read_text()), entry)
+    examples.write_text(json.dumps(shipped, indent=1, ensure_ascii=False) + "\n")
+    out.write_text(bundle_json(traces))
+    print(entry["chosen"])
+    for t in traces:
+        print(f"{t.label}: nfe={t.nfe} replaced={t.replaced()} text={t.text!r} right={verdicts(item, [t])[0]}")
+    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
 
 
 # ============================================================================ the example fork
@@ -137,17 +248,24 @@ def main(argv=None) -> int:
                         help="index in assets/examples.json (default: its 'opens_on', else 0)")
     parser.add_argument("--choose", metavar="FAMILIES", help="measure held-out items of these families and open on "
                         "the one that shows the lesson best (adds it to assets/examples.json)")
-    parser.add_argument("--items", type=int, default=40, help="with --choose: items per family (default 40)")
+    parser.add_argument("--items", type=int, default=40, help="with --choose or --edit: items per family (default 40)")
     parser.add_argument("--examples", type=Path, default=EXAMPLES, help=f"examples file (default {EXAMPLES})")
     parser.add_argument("--fork", action="store_true", help=f"write the example fork of the shipped run instead "
                         f"({FORK_EXAMPLE.relative_to(EXAMPLES.parent.parent)})")
-    parser.add_argument("--out", type=Path, help=f"bundle to write (default {EXAMPLE_RUN}, with --fork {FORK_EXAMPLE})")
+    parser.add_argument("--edit", metavar="FAMILIES", nargs="?", const="pick,team",
+                        help="measure held-out items of these families (default pick,team) and write the editing "
+                        f"example ({EDIT_EXAMPLE.relative_to(EXAMPLES.parent.parent)}, added to the examples file)")
+    parser.add_argument("--out", type=Path, help=f"bundle to write (default {EXAMPLE_RUN}, with --fork {FORK_EXAMPLE}, "
+                        f"with --edit {EDIT_EXAMPLE})")
     args = parser.parse_args(argv)
     shipped = json.loads(args.examples.read_text())
     warm_up()
     predictor = get_predictor()
     if args.fork:
         write_fork_example(predictor, args.out or FORK_EXAMPLE)
+        return 0
+    if args.edit:
+        write_edit_example(predictor, tuple(args.edit.split(",")), args.items, args.out or EDIT_EXAMPLE, args.examples)
         return 0
     args.out = args.out or EXAMPLE_RUN
     if args.choose:

@@ -11,7 +11,8 @@ committed there goes back to the mask). A fork is a lane like any other: at most
 takes a run's path (``dico_ui.stream``: one place in the app's line of runs, Stop, the time limit, a fault keeping
 its partial lane); a ``ForkJob`` is what a fork does its own way. Its label is the library's ("Top-4 per step, fork
 at step 23: [mask] -> D"); ``dico_ui.about.fork_story`` says in words what the edit changed. The shipped example
-fork is made by ``python -m dico_ui.examples --fork``.
+fork is made by ``python -m dico_ui.examples --fork``; beside it the panel opens the shipped editing example (made by
+``python -m dico_ui.examples --edit``): LLaDA 2.1 replacing a written token mid-decode, with the step view there.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from dico.lanes import MAX_LANES, parse_lane
 from dico.methods import admit
 from dico.trace import MAX_JSON_BYTES, Trace, read_traces
 from dico_ui import render
-from dico_ui.about import fork_story, parent_of
+from dico_ui.about import edit_story, fork_story, parent_of
 from dico_ui.limits import LIMITS
 from dico_ui.models import get_predictor, gpu
 from dico_ui.numbers import whole
@@ -38,6 +39,7 @@ from dico_ui.stream import End, Job, admitted, failure
 from dico_ui.text import clean
 
 FORK_EXAMPLE = Path(__file__).resolve().parent.parent / "assets" / "ui" / "fork_example.json"
+EDIT_EXAMPLE = FORK_EXAMPLE.with_name("edit_example.json")
 CANDIDATES = 5
 ACTIONS = ("force", "take back")
 OWN_METHOD = -1                 # "continue with": the forked run's own method and settings
@@ -284,13 +286,17 @@ def fork_status(traces: list[Trace], fork: Trace, end: End) -> str:
 
 def shown_fork(traces: list[Trace], fork: Trace, status: str) -> dict:
     """Every result output for the runs and their fork, with the step view on the fork where it parts."""
-    out = results(traces, status)
-    k = min(fork.fork["at"], max(len(fork.steps) - 1, 0))
-    out.update(step_run=gr.update(choices=[(f"{t.name}: {t.nfe} steps", j) for j, t in enumerate(traces)],
-                                  value=len(traces) - 1),
-               step=gr.update(minimum=0, maximum=max(len(fork.steps) - 1, 1), value=k, interactive=True),
-               step_view=figure("step view", visuals.step_view_figure, fork, k), step_text=render.step_html(fork, k),
-               dependency_note=render.dependency_plan(fork, k)[1])
+    return shown_step(results(traces, status), traces, len(traces) - 1, fork.fork["at"])
+
+
+def shown_step(out: dict, traces: list[Trace], j: int, k: int) -> dict:
+    """Result outputs (``results``) with the step view on run ``j`` at step ``k`` (clamped to its steps)."""
+    run = traces[j]
+    k = min(k, max(len(run.steps) - 1, 0))
+    out.update(step_run=gr.update(choices=[(f"{t.name}: {t.nfe} steps", i) for i, t in enumerate(traces)], value=j),
+               step=gr.update(minimum=0, maximum=max(len(run.steps) - 1, 1), value=k, interactive=True),
+               step_view=figure("step view", visuals.step_view_figure, run, k), step_text=render.step_html(run, k),
+               dependency_note=render.dependency_plan(run, k)[1])
     return out
 
 
@@ -362,15 +368,36 @@ def fork_api(request: gr.Request, trace_json, run, at, edits, lane=None):
 def open_example() -> dict:
     """The shipped fork (``FORK_EXAMPLE``) replayed without a model: the lesson's race and its fork, the step view
     on the fork where it parts, and the prompt box filled with the lesson's prompt."""
-    try:
-        traces = read_traces(FORK_EXAMPLE.read_bytes())
-    except OSError as exc:
-        raise ValueError(f"file: the example fork is not shipped with this copy ({exc.strerror}); "
-                         "python -m dico_ui.examples --fork makes it") from None
+    traces = _shipped(FORK_EXAMPLE, "the example fork", "python -m dico_ui.examples --fork")
     fork = traces[-1]
     status = (f"The example fork, replayed from traces shipped with the app: {render.run_caption(fork)}.  \n"
               + fork_story(traces))
     return {**shown_fork(traces, fork, status), "prompt": fork.prompt}
+
+
+def _shipped(path: Path, what: str, made_by: str) -> list[Trace]:
+    try:
+        return read_traces(path.read_bytes())
+    except OSError as exc:
+        raise ValueError(f"file: {what} is not shipped with this copy ({exc.strerror}); {made_by} makes it") from None
+
+
+@friendly("Cannot open the editing example", page=True)
+def open_edit_example() -> dict:
+    """The shipped editing example (``EDIT_EXAMPLE``) replayed without a model: LLaDA 2.1 beside the same rule
+    without edits (and Vanilla, Token-to-mask), every figure of the editing run, the step view on it at its first
+    replacement, the prompt box filled and the status saying what was replaced and what it changed."""
+    made_by = "python -m dico_ui.examples --edit"
+    traces = _shipped(EDIT_EXAMPLE, "the editing example", made_by)
+    j = next((i for i, t in enumerate(traces) if t.replaced()), None)
+    if j is None:
+        raise ValueError(f"file: no run of the editing example replaced a token; {made_by} makes it again")
+    run = traces[j]
+    k = next(i for i, s in enumerate(run.steps) if s.edited)
+    status = (f"The editing example, replayed from traces shipped with the app: {render.run_caption(run)}.  \n"
+              + edit_story(traces) + f" The step view opens on {clean(run.name)}'s step {k}: the replaced token struck "
+              "through, the new one in blue.")
+    return {**shown_step(results(traces, status, main=run), traces, j, k), "prompt": run.prompt}
 
 
 # ============================================================================ the panel
@@ -398,8 +425,11 @@ def fork_panel() -> dict:
             c["fork_force"] = gr.Button("Force", variant="primary", elem_id="fork-force", size="sm", min_width=80)
             c["fork_take_back"] = gr.Button("Take back", elem_id="fork-take-back", size="sm", min_width=80)
         c["fork_note"] = gr.Markdown(elem_id="fork-note")
-        c["fork_example"] = gr.Button("Open the example fork: the lesson's Top-4 clash, one token forced",
-                                      elem_id="fork-example", size="sm")
+        with gr.Row():
+            c["fork_example"] = gr.Button("Open the example fork: the lesson's Top-4 clash, one token forced",
+                                          elem_id="fork-example", size="sm")
+            c["edit_example"] = gr.Button("Open the editing example: LLaDA 2.1 replaces a token mid-decode",
+                                          elem_id="edit-example", size="sm")
     return c
 
 

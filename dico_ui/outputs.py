@@ -85,9 +85,10 @@ def cleared(status: str) -> dict:
                 about=about_text([]), traces=[])
 
 
-def results(traces: list[Trace], status: str, outside: str = "") -> dict:
-    """Every result output for finished (or stopped, or uploaded) traces."""
-    main = next((t for t in traces if t.method == "dico"), traces[0])
+def results(traces: list[Trace], status: str, outside: str = "", main: Trace | None = None) -> dict:
+    """Every result output for finished (or stopped, or uploaded) traces; the run figures (trajectory, phases,
+    clusters, the step view) are ``main``'s, by default the DiCo run's (else the first)."""
+    main = main or next((t for t in traces if t.method == "dico"), traces[0])
     with_attention = next((t for t in traces if t.attention is not None), main)
     last = max(len(main.steps) - 1, 0)
     lanes = [(t, t.nfe - 1, end_state(t)) for t in traces]

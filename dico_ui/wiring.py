@@ -118,6 +118,6 @@ def wire_fork_panel(c: dict, results: list) -> None:
     c["fork_take_back"].click(h.clicked, None, None, **quiet) \
         .then(keyed(forks.take_back_ui, c), here + [c["fork_with"]], results, show_api=False, **live)
     c["step_run"].change(keyed(forks.lanes_menu, c), [c["traces"]], [c["fork_with"]], **quiet)
-    c["fork_example"].click(keyed(forks.open_example, c), None, results + [c["prompt"]], show_api=False,
-                            show_progress="minimal")
+    for button, opened in (("fork_example", forks.open_example), ("edit_example", forks.open_edit_example)):
+        c[button].click(keyed(opened, c), None, results + [c["prompt"]], show_api=False, show_progress="minimal")
     c["api_fork"].click(keyed(forks.fork_api, c), c["api_fork_in"], results, api_name="fork", **live)
