@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -120,7 +121,7 @@ def write_report(args, argv, report: Report, start: float) -> None:
     print(report.table)
     print(f"\n(ran in {seconds} s)")
     if args.json:
-        command = "python -m dico.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = "python -m dico.bench " + shlex.join(argv if argv is not None else sys.argv[1:])
         with open(args.json, "w") as fh:
             json.dump({**report.record, "command": command.strip(), "seconds": seconds}, fh, indent=1)
     if args.markdown:
