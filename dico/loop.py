@@ -136,6 +136,7 @@ class Decoding:
         if gen_length == AUTO:                                  # settings checked first: a bad one runs nothing
             gen_length, length_search = auto_length(predictor, prompt_ids, block_length)
         self.rule.plan(gen_length, block_length or gen_length)
+        self.rule.bind(predictor)
         self.sampler = _sampler_for(self.rule)
         self.cache = _cache_for(predictor, self.rule.settings, len(prompt_ids), gen_length)
         self.stops = predictor.stop_ids()
@@ -206,6 +207,7 @@ class Decoding:
         cache (its first pass refreshes), started on the current window."""
         old = self.trace.method
         self.rule = admit(method, self.trace.mode, settings, self.n, self.width, self.attention is not None)
+        self.rule.bind(self.predictor)
         self.sampler = _sampler_for(self.rule)
         self.cache = _cache_for(self.predictor, self.rule.settings, self.m, self.n)
         self.trace.method, self.trace.settings = method, self.rule.settings.to_dict()

@@ -27,6 +27,7 @@ from dico.remote_cache import attach
 from dico.trace import END_TEXTS
 
 EMBEDDED = Path(__file__).resolve().parent.parent / "assets" / "dico-tiny"
+TOKEN_FREQUENCY = "token_frequency.json"   # beside the weights: their training text's token counts (PC-Sampler)
 EMBEDDED_NAME = "dico-tiny"
 # Remote-code models whose code this project allows without trust_remote_code=True (the id decides only that).
 KNOWN_REMOTE = frozenset({
@@ -57,6 +58,7 @@ class MaskPredictor:
     dtype: torch.dtype = torch.float32
     hooks: AttentionHooks | None = field(default=None, repr=False)   # LLaDA / Dream: attention recomputed
     eos_ids: tuple = ()                                                # the generation config's EOS ids
+    token_frequency: torch.Tensor | None = None   # (v,) CPU: each token's share of the training text (PC-Sampler)
     _spacing: str | None = field(default=None, repr=False)
     _stops: frozenset | None = field(default=None, repr=False)
 
@@ -338,10 +340,32 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
     hooks = AttentionHooks.find(model, attention_layers) if attention and kind != "masked-lm" else None
     if kind != "masked-lm":
         attach(model, kind)         # a cached forward when its modules are LLaDA's or Dream's (dico.remote_cache)
+    frequency = path / TOKEN_FREQUENCY if is_local else None
     return MaskPredictor(name=label, kind=kind, model=model, tokenizer=tokenizer, mask_id=mask_id,
                          max_length=max_length, chat=has_template if chat is None else chat,
                          supports_attention=attention and (kind == "masked-lm" or hooks is not None), device=dev,
-                         dtype=dt, hooks=hooks, eos_ids=_generation_eos(name))
+                         dtype=dt, hooks=hooks, eos_ids=_generation_eos(name),
+                         token_frequency=read_token_frequency(frequency, _vocab_size(model) or len(tokenizer))
+                         if frequency is not None and frequency.exists() else None)
+
+
+def read_token_frequency(path: str | os.PathLike, vocab_size: int) -> torch.Tensor:
+    """A token-frequency table as PC-Sampler's code (and d2Cache's, which ships LLaDA's and Dream's) stores it:
+    JSON ``{"num_token": N, "p_baseline_dict": {token id: count}}``; each token's count / N, and 1 / N for a token
+    never seen. ModelError when the file cannot be read."""
+    try:
+        corpus = json.loads(Path(path).read_text())
+        total = int(corpus["num_token"])
+        counts = {int(k): float(v) for k, v in corpus["p_baseline_dict"].items()}
+        if total <= 0 or any(k < 0 or k >= vocab_size or v < 0 for k, v in counts.items()):
+            raise ValueError("counts outside the vocabulary or a total that is not positive")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ModelError(f"token_frequency: cannot read {str(path)!r} ({_first_line(exc)}); it must be JSON "
+                         '{"num_token": N, "p_baseline_dict": {"<token id>": count, ...}}') from None
+    table = torch.full((vocab_size,), 1.0 / total)
+    if counts:
+        table[torch.tensor(list(counts))] = torch.tensor(list(counts.values())) / total
+    return table
 
 
 def from_module(model: torch.nn.Module, tokenizer, *, kind: str, mask_id: int, max_length: int, name: str = "custom",

@@ -91,6 +91,10 @@ class Rule:
     def plan(self, gen_length: int, width: int) -> None:
         """Check the settings against the run's lengths before any forward pass (ValueError names the field)."""
 
+    def bind(self, predictor) -> None:
+        """Take what the rule needs of the model before any forward pass (PC-Sampler: its token-frequency table);
+        ValueError naming the field when the model lacks it."""
+
     def start(self, window: tuple[int, int] | None) -> None:
         """A new window opens (the whole response in non-AR mode, the next block in semi-AR mode)."""
 

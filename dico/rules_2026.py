@@ -1,8 +1,8 @@
-"""Decoders the field moved to after the paper, as rules over the one loop (docs/decoding.md §7.8-7.11): dInfer's
+"""Decoders the field moved to after the paper, as rules over the one loop (docs/decoding.md §7.8-7.12): dInfer's
 hierarchical decoder (one token from each sure run of masks) and its credit decoder (a steady prediction earns a
-logit bonus), Prophet's early commit (everything at once when the answer's logit gap is wide) and ReMDM as
-Saber's repository runs it (take the least likely tokens back and decode them again). LLaDA 2.1's editing rules
-are in ``dico.editing``.
+logit bonus), PC-Sampler (confidence calibrated by how common a token is), Prophet's early commit (everything at
+once when the answer's logit gap is wide) and ReMDM as Saber's repository runs it (take the least likely tokens back
+and decode them again). LLaDA 2.1's editing rules are in ``dico.editing``.
 
 Each is written from its published code's behaviour (read, not copied; the sources are named in docs/decoding.md);
 ties go to the lower position as everywhere, but ReMDM, which takes among exactly equal values what its code's
@@ -17,7 +17,7 @@ import torch
 
 from dico.field_rules import _saber_topk
 from dico.rules import Choice, Rule, Schedule, Scores, top1, top_ranked
-from dico.settings import CreditSettings, HierarchySettings, ProphetSettings, ReMDMSettings
+from dico.settings import CreditSettings, HierarchySettings, PCSamplerSettings, ProphetSettings, ReMDMSettings
 
 
 def mask_runs(allowed: torch.Tensor) -> list[tuple[int, int]]:
@@ -77,6 +77,31 @@ class Credit(Rule):
         conf = torch.where(cand, s.conf.float(), torch.full_like(s.conf, -math.inf, dtype=torch.float32))
         bar = (conf.max() - 1e-5).clamp(-1000, self.settings.threshold)
         return Choice(torch.nonzero(cand & (conf >= bar)).flatten().tolist(), "fast")
+
+
+@dataclass
+class PCSampler(Rule):
+    """PC-Sampler as d2Cache runs it (§7.12): each masked position's score is -conf x log(f + 1e-10), f the
+    predicted token's share of the model's training text (``MaskPredictor.token_frequency``), capped at
+    ``clip_alpha`` (and with ``lambd``, PC-Sampler's own position weight exp(-lambd x offset in the window));
+    the window's ``num_transfer_tokens`` highest scores are committed a pass."""
+    settings: PCSamplerSettings = field(default_factory=PCSamplerSettings)
+
+    def bind(self, predictor) -> None:
+        if predictor.token_frequency is None:
+            raise ValueError(f"method: PC-Sampler needs the token frequencies of {predictor.name!r}'s training text, "
+                             "a token_frequency.json beside its weights (docs/decoding.md §7.12)")
+        self.frequency = predictor.token_frequency
+
+    def choose(self, s: Scores) -> Choice:
+        cand = s.candidates()
+        rarity = -torch.log(self.frequency[s.pred].to(s.conf.dtype) + 1e-10)
+        score = torch.clamp_max(s.conf * rarity, self.settings.clip_alpha)
+        if self.settings.lambd:
+            offset = torch.arange(len(score), dtype=score.dtype) - s.window[0]
+            score = torch.exp(-self.settings.lambd * offset) * score
+        k = min(self.settings.num_transfer_tokens, int(cand.sum()))
+        return Choice(top_ranked(score, cand, k), "vanilla")
 
 
 @dataclass

@@ -415,6 +415,21 @@ class CreditSettings(SamplingSettings):
 
 
 @dataclass(frozen=True)
+class PCSamplerSettings(SamplingSettings):
+    """PC-Sampler as d2Cache runs it (``configs/generation/pc_sampler.yaml``, docs/decoding.md §7.12): the
+    confidence calibrated by how common the predicted token is in the model's training text, so frequent, trivial
+    tokens (end-of-text, "the") stop winning the early passes; the top tokens a pass by that score."""
+    method = "pc_sampler"
+    num_transfer_tokens: int = setting(1, "tokens committed a pass (the highest calibrated scores of the window)",
+                                       range=(1, 4096), step=1)
+    clip_alpha: float = setting(10.0, "the calibrated score, -confidence x log(frequency of the predicted token), is "
+                                "capped at this", range=(0.0, 1000.0), step=0.5)
+    lambd: float = setting(0.0, "PC-Sampler's own position weight: the capped score times exp(-lambd x i), i the "
+                           "position's offset in the window (0: none, as d2Cache runs it)", range=(0.0, 100.0),
+                           step=0.05, code="0.25 in PC-Sampler's own scripts; d2Cache has no position weight")
+
+
+@dataclass(frozen=True)
 class ProphetSettings(SamplingSettings):
     """Prophet's early commit (``generate_earlyexit.py``, docs/decoding.md §7.9): LLaDA's low-confidence sampler
     until the answer's top-2 logit gap is wide enough for the progress made, then every mask at once."""
@@ -468,14 +483,14 @@ LLaDA21Settings.presets = {"speed_mode": {"threshold": 0.5, "edit_threshold": 0.
 
 SETTINGS = {cls.method: cls for cls in (VanillaSettings, TopKSettings, FastSettings, FastFactorSettings, DiCoSettings,
                                         EBSettings, KLASSSettings, WINOSettings, SaberSettings, LLaDA21Settings,
-                                        T2MSettings, HierarchySettings, CreditSettings, ProphetSettings,
-                                        ReMDMSettings)}
+                                        T2MSettings, HierarchySettings, CreditSettings, PCSamplerSettings,
+                                        ProphetSettings, ReMDMSettings)}
 METHODS = tuple(SETTINGS)
 METHOD_LABELS = {"vanilla": "Vanilla", "topk": "Top-k per step", "fast": "Fast-dLLM",
                  "fast-factor": "Fast-dLLM (factor)",
                  "dico": "DiCo", "eb": "EB-Sampler", "klass": "KLASS", "wino": "WINO", "saber": "Saber",
                  "llada21": "LLaDA 2.1", "t2m": "Token-to-mask", "hierarchy": "dInfer hierarchy",
-                 "credit": "dInfer credit",
+                 "credit": "dInfer credit", "pc_sampler": "PC-Sampler",
                  "prophet": "Prophet", "remdm": "ReMDM"}
 # The decoders that may take committed tokens back (a step's ``remasked``); a run of them ends at the pass limit.
 REVISING = ("wino", "saber", "t2m", "remdm")

@@ -234,8 +234,17 @@ class RandomLM(nn.Module):
 
 
 def random_predictor(seed: int = 0, max_length: int = 512, **kw):
-    return dico.from_module(RandomLM(seed, **kw), FakeTokenizer(), kind="masked-lm", mask_id=MASK_ID,
-                            max_length=max_length, name="random")
+    predictor = dico.from_module(RandomLM(seed, **kw), FakeTokenizer(), kind="masked-lm", mask_id=MASK_ID,
+                                 max_length=max_length, name="random")
+    predictor.token_frequency = zipf_frequency(VOCAB, seed)
+    return predictor
+
+
+def zipf_frequency(vocab: int, seed: int = 0) -> torch.Tensor:
+    """A token-frequency table (PC-Sampler) with Zipf's shape over a seeded order of the vocabulary."""
+    order = torch.randperm(vocab, generator=torch.Generator().manual_seed(seed))
+    table = 1.0 / (order.float() + 1)
+    return table / table.sum()
 
 
 # ---------------------------------------------------------------------------- LLaDA- and Dream-style
@@ -350,6 +359,9 @@ def remote_model_folder(path: Path, kind: str, seed: int = 0, **config) -> Path:
     saved = json.loads((path / "config.json").read_text())
     saved["auto_map"] = {"AutoConfig": f"modeling_standin.{names[0]}", "AutoModel": f"modeling_standin.{names[1]}"}
     (path / "config.json").write_text(json.dumps(saved))
+    counts = {str(i): 100 // (i + 1) for i in range(len(words) - 1)}     # as d2Cache ships LLaDA's and Dream's
+    (path / "token_frequency.json").write_text(json.dumps({"num_token": sum(counts.values()) + 10,
+                                                           "p_baseline_dict": counts}))
     return path
 
 

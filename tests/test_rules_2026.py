@@ -1,10 +1,13 @@
-"""The decoders of 2026 (docs/decoding.md §3.2, §7.6-7.11): LLaDA 2.1's joint threshold replaces written tokens,
+"""The decoders of 2026 (docs/decoding.md §3.2, §7.6-7.12): LLaDA 2.1's joint threshold replaces written tokens,
 token-to-mask takes them back instead, dInfer's hierarchy commits one token a sure run of masks and its credit
-rewards a steady prediction, Prophet commits everything once the answer's logit gap is wide, ReMDM takes the least
-likely tokens back in loops. Each rule's choice on scripted scores, then the loop's promises on the embedded model
-(edits recorded and replayed, fixed tokens never edited; a cache refreshed every pass decodes an editing run exactly
-as none: tests/test_revision.py)."""
+rewards a steady prediction, PC-Sampler calibrates confidence by how common a token is, Prophet commits everything
+once the answer's logit gap is wide, ReMDM takes the least likely tokens back in loops. Each rule's choice on
+scripted scores, then the loop's promises on the embedded model (edits recorded and replayed, fixed tokens never
+edited; a cache refreshed every pass decodes an editing run exactly as none: tests/test_revision.py)."""
 from __future__ import annotations
+
+import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -136,6 +139,57 @@ def test_credit_without_weight_commits_as_dinfers_plain_threshold_and_with_it_in
     fast = generate(predictor, WORD, "fast", mode="non-ar", gen_length=96, threshold=0.9)
     assert [s.committed for s in without.steps] == [s.committed for s in fast.steps]     # no near ties here
     assert with_credit.text == fast.text and with_credit.nfe < fast.nfe
+
+
+# ------------------------------------------------------------------------------------------ PC-Sampler
+
+def pc_sampler(table, **settings):
+    sampler = rule("pc_sampler", **settings)
+    sampler.bind(SimpleNamespace(name="stand-in", token_frequency=torch.tensor(table)))
+    return sampler
+
+
+def test_pc_sampler_prefers_a_rare_token_to_a_more_confident_common_one():
+    sampler = pc_sampler([0.3, 1e-4, 1e-9, 0.0])                  # token 0 common, 1 rare, 2 and 3 rarer
+    # scores: 0.9 x -log(0.3) = 1.08 against 0.6 x -log(1e-4) = 5.5
+    assert sampler.choose(written([0.9, 0.6], [0, 1], [0, 0], masked=[0, 1])).commit == [1]
+    # -log(1e-9) and -log(1e-10) are both capped at clip_alpha 10: a tie, to the lower position
+    assert sampler.choose(written([0.2, 1.0, 1.0], [0, 2, 3], [0] * 3, masked=[0, 1, 2])).commit == [1]
+    assert pc_sampler([0.3, 1e-4], num_transfer_tokens=2).choose(
+        written([0.9, 0.6, 0.5], [0, 1, 1], [0] * 3, masked=[0, 1, 2])).commit == [1, 2]
+
+
+def test_pc_samplers_own_position_weight_favours_the_start_of_the_window():
+    s = written([0.5, 0.6, 0.6, 0.6], [1, 1, 1, 1], [0] * 4, masked=[0, 3], window=(0, 4))
+    assert pc_sampler([0.3, 1e-4]).choose(s).commit == [3]                   # d2Cache: no weight
+    assert pc_sampler([0.3, 1e-4], lambd=0.25).choose(s).commit == [0]       # 4.6 against 5.5 x exp(-0.75)
+
+
+def test_pc_sampler_is_refused_before_any_pass_on_a_model_without_a_frequency_table():
+    from standins import random_predictor
+    predictor = random_predictor(seed=3)
+    predictor.token_frequency = None
+    with pytest.raises(ValueError, match="PC-Sampler needs the token frequencies of 'random'"):
+        dico.Decoding(predictor, "a b", "pc_sampler", gen_length=4)
+
+
+def test_a_token_frequency_file_reads_as_pc_samplers_code_reads_it(tmp_path):
+    from dico.models import ModelError, read_token_frequency
+    path = tmp_path / "token_frequency.json"
+    path.write_text(json.dumps({"num_token": 10, "p_baseline_dict": {"0": 6, "2": 3}}))
+    assert read_token_frequency(path, 4).tolist() == pytest.approx([0.6, 0.1, 0.3, 0.1])   # unseen: 1 / N
+    path.write_text(json.dumps({"num_token": 10, "p_baseline_dict": {"9": 6}}))
+    with pytest.raises(ModelError, match="token_frequency: cannot read"):
+        read_token_frequency(path, 4)
+
+
+def test_the_embedded_model_ships_the_frequencies_of_its_training_text(predictor):
+    table = predictor.token_frequency
+    assert table is not None and len(table) == len(predictor.tokenizer)
+    eos = predictor.tokenizer.eos_token_id            # one a training item: 20,000 of the counted tokens
+    saved = json.loads((dico.models.EMBEDDED / "token_frequency.json").read_text())
+    assert float(table[eos]) == pytest.approx(20_000 / saved["num_token"])
+    assert generate(predictor, WORD, "pc_sampler", gen_length=48).nfe == 48
 
 
 # ------------------------------------------------------------------------------------------ Prophet
