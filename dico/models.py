@@ -369,12 +369,14 @@ def read_token_frequency(path: str | os.PathLike, vocab_size: int) -> torch.Tens
 
 
 def from_module(model: torch.nn.Module, tokenizer, *, kind: str, mask_id: int, max_length: int, name: str = "custom",
-                chat: bool = False, device: str | torch.device = "cpu") -> MaskPredictor:
+                chat: bool = False, device: str | torch.device = "cpu",
+                token_frequency: torch.Tensor | None = None) -> MaskPredictor:
     """Wrap an already built module (tests' stand-ins, or a model loaded by hand) as a mask predictor on ``device``
-    (where the module already is)."""
+    (where the module already is); ``token_frequency``: its (v,) table for PC-Sampler (``read_token_frequency``)."""
     if kind not in ("masked-lm", "llada", "dream"):
         raise ModelError(f"kind: unknown model kind {kind!r}; choose masked-lm, llada or dream")
     if kind != "masked-lm":
         attach(model, kind)
     return MaskPredictor(name=name, kind=kind, model=model.eval(), tokenizer=tokenizer, mask_id=mask_id,
-                         max_length=max_length, chat=chat, supports_attention=False, device=torch.device(device))
+                         max_length=max_length, chat=chat, supports_attention=False, device=torch.device(device),
+                         token_frequency=token_frequency)

@@ -194,7 +194,8 @@ class ScriptedLM(nn.Module):
 def scripted(script, gen_length: int, *, then: Script | None = None, max_length: int = 512, kind: str = "masked-lm"):
     """A ``MaskPredictor`` over a ``ScriptedLM``; the module (with its ``calls``) is ``predictor.model``."""
     module = ScriptedLM(script, gen_length, then=then)
-    return dico.from_module(module, FakeTokenizer(), kind=kind, mask_id=MASK_ID, max_length=max_length, name="scripted")
+    return dico.from_module(module, FakeTokenizer(), kind=kind, mask_id=MASK_ID, max_length=max_length, name="scripted",
+                            token_frequency=zipf_frequency(VOCAB))
 
 
 def settle(conf: float = 0.99) -> Script:
@@ -234,10 +235,8 @@ class RandomLM(nn.Module):
 
 
 def random_predictor(seed: int = 0, max_length: int = 512, **kw):
-    predictor = dico.from_module(RandomLM(seed, **kw), FakeTokenizer(), kind="masked-lm", mask_id=MASK_ID,
-                                 max_length=max_length, name="random")
-    predictor.token_frequency = zipf_frequency(VOCAB, seed)
-    return predictor
+    return dico.from_module(RandomLM(seed, **kw), FakeTokenizer(), kind="masked-lm", mask_id=MASK_ID,
+                            max_length=max_length, name="random", token_frequency=zipf_frequency(VOCAB, seed))
 
 
 def zipf_frequency(vocab: int, seed: int = 0) -> torch.Tensor:
@@ -279,13 +278,15 @@ class MarkerLM(nn.Module):
 def llada_standin(**kw):
     module = MarkerLM(LLADA_VOCAB, LLADA_MASK_ID, **kw)
     tok = FakeTokenizer(LLADA_VOCAB, LLADA_MASK_ID, eos_id=126081)
-    return dico.from_module(module, tok, kind="llada", mask_id=LLADA_MASK_ID, max_length=16, name="llada-standin")
+    return dico.from_module(module, tok, kind="llada", mask_id=LLADA_MASK_ID, max_length=16, name="llada-standin",
+                            token_frequency=zipf_frequency(LLADA_VOCAB))
 
 
 def dream_standin(**kw):
     module = MarkerLM(DREAM_VOCAB, DREAM_MASK_ID, **kw)
     tok = FakeTokenizer(DREAM_VOCAB, DREAM_MASK_ID, eos_id=151643)
-    return dico.from_module(module, tok, kind="dream", mask_id=DREAM_MASK_ID, max_length=16, name="dream-standin")
+    return dico.from_module(module, tok, kind="dream", mask_id=DREAM_MASK_ID, max_length=16, name="dream-standin",
+                            token_frequency=zipf_frequency(DREAM_VOCAB))
 
 
 # ---------------------------------------------------------------------------- a real tiny masked LM

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import dico
-from standins import EOS_ID, MASK_ID, FakeTokenizer, RandomLM, Row, profile, scripted, settle
+from standins import EOS_ID, MASK_ID, VOCAB, FakeTokenizer, RandomLM, Row, profile, scripted, settle, zipf_frequency
 
 torch.set_num_threads(1)
 
@@ -32,7 +32,7 @@ class MaskInSoftmaxLM(RandomLM):
 
 def predictor(seed: int = 0):
     return dico.from_module(MaskInSoftmaxLM(seed, scale=1.5), FakeTokenizer(), kind="masked-lm", mask_id=MASK_ID,
-                            max_length=128, name="llada-like")
+                            max_length=128, name="llada-like", token_frequency=zipf_frequency(VOCAB))
 
 
 def llada_reference(model, prompt: list[int], steps: int, gen_length: int, block_length: int, cfg_scale: float = 0.0):
