@@ -331,7 +331,8 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
     except Exception as exc:       # noqa: BLE001 (a model's own code may raise anything: report, never a traceback)
         raise ModelError(f"model: cannot load {label!r} ({_first_line(exc)}). Hub models need network access or a "
                          "local copy; LLaDA and Dream need a GPU with about 20 GB of memory") from None
-    mask_id = _mask_id(config, tokenizer, label, _vocab_size(model))
+    vocab_size = _vocab_size(model)
+    mask_id = _mask_id(config, tokenizer, label, vocab_size)
     cfg = model.config
     max_length = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "max_sequence_length", None) or 4096)
     has_template = getattr(tokenizer, "chat_template", None) is not None
@@ -340,13 +341,12 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
     hooks = AttentionHooks.find(model, attention_layers) if attention and kind != "masked-lm" else None
     if kind != "masked-lm":
         attach(model, kind)         # a cached forward when its modules are LLaDA's or Dream's (dico.remote_cache)
-    frequency = path / TOKEN_FREQUENCY if is_local else None
+    frequency = path / TOKEN_FREQUENCY
+    table = read_token_frequency(frequency, vocab_size or len(tokenizer)) if is_local and frequency.exists() else None
     return MaskPredictor(name=label, kind=kind, model=model, tokenizer=tokenizer, mask_id=mask_id,
                          max_length=max_length, chat=has_template if chat is None else chat,
                          supports_attention=attention and (kind == "masked-lm" or hooks is not None), device=dev,
-                         dtype=dt, hooks=hooks, eos_ids=_generation_eos(name),
-                         token_frequency=read_token_frequency(frequency, _vocab_size(model) or len(tokenizer))
-                         if frequency is not None and frequency.exists() else None)
+                         dtype=dt, hooks=hooks, eos_ids=_generation_eos(name), token_frequency=table)
 
 
 def read_token_frequency(path: str | os.PathLike, vocab_size: int) -> torch.Tensor:
