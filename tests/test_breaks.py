@@ -111,13 +111,16 @@ def test_cells_in_processes_give_the_rows_of_one_process(predictor, tmp_path):
     in the same order."""
     import json
 
-    from dico.bench.breaks import breaks
+    from dico.bench.breaks import LANES, breaks
     from dico.bench.cli import main
 
-    args = ["breaks", "--families", "team", "--items", "2", "--no-progress", "--batch-size", "2"]
+    methods = ("vanilla", "topk", "llada21", "remdm")          # an editing lane; a lane decoded non-AR only
+    args = ["breaks", "--families", "team", "--items", "2", "--no-progress", "--batch-size", "2",
+            "--methods", ",".join(methods)]
     assert main(args + ["--jobs", "2", "--json", str(tmp_path / "b.json")]) == 0
     rows = json.loads((tmp_path / "b.json").read_text())["rows"]
-    expected = breaks(predictor, ("team",), ("non-ar", "semi-ar"), 2, batch_size=2, progress=False)
+    expected = breaks(predictor, ("team",), ("non-ar", "semi-ar"), 2, [lane for lane in LANES if lane[1] in methods],
+                      batch_size=2, progress=False)
     assert [(r["mode"], r["label"], r["right"], r["nfe_mean"]) for r in rows] == \
         [(r["mode"], r["label"], r["right"], r["nfe_mean"]) for r in expected]
     assert main(["breaks", "--jobs", "0", "--no-progress"]) == 2
@@ -163,9 +166,10 @@ def test_breaks_refuses_an_unknown_cache_or_method(capsys):
         capsys.readouterr().err
 
 
-def _revised_trace(predictor):
+def _revised_trace(predictor, edit: bool = False):
     """A pick answer whose first step committed the same choice twice, the second taken back by step 1 and committed
-    as the other offered choice by step 2 (a revising rule's repair), and the item it answers."""
+    as the other offered choice by step 2 (a revising rule's repair; ``edit``: replaced by step 1, an editing rule's
+    repair), and the item it answers."""
     for item in (i for i in tasks.make_split("pick", "test", 40) if i.count == 2):
         first, second = item.offered[:2]
         right, wrong = (predictor.tokenizer(f"I pick {first} and {x}.", add_special_tokens=False)["input_ids"]
@@ -180,12 +184,18 @@ def _revised_trace(predictor):
                   gen_length=len(right), block_length=None, text=predictor.decode(right), response=right,
                   answer_length=len(right))
 
-    def step(index, committed, tokens, remasked=()):
+    def step(index, committed, tokens, remasked=(), edited=()):
         return Step(index=index, phase="saber", window=[], committed=committed, tokens=tokens,
-                    confidence=[0.5] * len(right), prediction=[None] * len(right), remasked=list(remasked))
+                    confidence=[0.5] * len(right), prediction=[None] * len(right), remasked=list(remasked),
+                    edited=[list(e) for e in edited])
 
-    trace.steps = [step(0, clashing, [wrong[p] for p in clashing]), step(1, rest, [right[p] for p in rest], changed),
-                   step(2, changed, [right[p] for p in changed])]
+    if edit:
+        trace.method = "llada21"
+        trace.steps = [step(0, clashing, [wrong[p] for p in clashing]),
+                       step(1, rest, [right[p] for p in rest], edited=[(p, wrong[p], right[p]) for p in changed])]
+    else:
+        trace.steps = [step(0, clashing, [wrong[p] for p in clashing]),
+                       step(1, rest, [right[p] for p in rest], changed), step(2, changed, [right[p] for p in changed])]
     return item, trace
 
 
@@ -208,6 +218,28 @@ def test_a_clash_a_revising_rule_took_back_and_repaired_is_counted(predictor):
                                     gen_length=1, block_length=None)]) == {}
 
 
+def test_a_clash_an_editing_rule_replaced_is_counted_as_taken_back(predictor):
+    """LLaDA 2.1's repair: step 1 replaced the second x of step 0's "x and x" with the other choice. A replacement
+    takes the token back and writes another in one step, so the clash counts as taken back and repaired, and the
+    row says how many tokens a run were replaced."""
+    from dico.bench.breaks import revision
+
+    item, trace = _revised_trace(predictor, edit=True)
+    assert tasks.check(item, trace.text) and trace.remasks() == 0 and trace.replaced() > 0
+    found = read(predictor, item, trace)
+    assert found["right"] and found["revised"] == [0]
+    assert revision([found], [trace]) == {"remasks_mean": 0.0, "replaced_mean": float(trace.replaced()),
+                                          "clash_taken_back": 1, "repaired": 1}
+
+
+def test_the_choice_lanes_include_the_decoders_of_2026_and_remdm_decodes_non_ar_only(predictor):
+    from dico.bench.breaks import LANES, breaks
+
+    assert {"llada21", "t2m", "hierarchy", "credit", "pc_sampler", "prophet", "remdm"} <= {m for _, m, _ in LANES}
+    rows = breaks(predictor, ("pick",), ("non-ar", "semi-ar"), 1, [("ReMDM", "remdm", {})], progress=False)
+    assert [(r["mode"], r["label"]) for r in rows] == [("non-ar", "ReMDM")]
+
+
 def test_the_table_shows_take_backs_only_when_a_lane_revised():
     row = {"family": "pick", "mode": "non-ar", "label": "Fast-dLLM", "n": 4, "right": 4, "nfe_mean": 6.0, "repeat": 0,
            "mixed": 0, "malformed": 0, "wrong_together": 0, "right_together": 1, "example": None}
@@ -216,3 +248,7 @@ def test_the_table_shows_take_backs_only_when_a_lane_revised():
     table = breaks_markdown([row, saber], "t")
     assert "| Fast-dLLM | 4/4 [51-100%] | 6.0 | 0 / 0 / 0 | 0 of 0 | 1 of 4 | - | - | — |" in table
     assert "| Saber | 4/4 [51-100%] | 6.0 | 0 / 0 / 0 | 0 of 0 | 1 of 4 | 2.50 | 3 (2 right) | — |" in table
+    llada21 = {**row, "label": "LLaDA 2.1", "remasks_mean": 0.0, "replaced_mean": 1.25, "clash_taken_back": 1,
+               "repaired": 0}
+    assert "| LLaDA 2.1 | 4/4 [51-100%] | 6.0 | 0 / 0 / 0 | 0 of 0 | 1 of 4 | 0.00 + 1.25 replaced | 1 (0 right) |" \
+        in breaks_markdown([row, llada21], "t")

@@ -9,7 +9,7 @@ from dico.bench.core import wilson
 from dico.bench.docs import readme_section
 from dico.bench.frontier import TOPK, naive_topk, sweep
 from dico.bench.tables import FRONTIER_FIELDS, read_results
-from dico.settings import METHODS, REVISING, settings_for
+from dico.settings import METHODS, NON_AR_ONLY, REVISING, settings_for
 from tests.test_bench import bench
 
 
@@ -31,12 +31,14 @@ def test_each_line_turns_one_knob_and_one_token_a_step_comes_first():
 def test_a_tiny_real_sweep_writes_rows_json_and_markdown(tmp_path):
     out, md = tmp_path / "frontier.json", tmp_path / "frontier.md"
     result = bench("frontier", "--items", "2", "--families", "word", "--gen", "32", "--model", "assets/dico-tiny",
-                   "--jobs", "2", "--json", str(out), "--markdown", str(md), "--no-progress")   # a process per mode
+                   "--lines", "topk,fast,remdm", "--jobs", "2", "--json", str(out), "--markdown", str(md),
+                   "--no-progress")                                                             # a process per mode
     assert result.returncode == 0, result.stderr[-2000:]
     rows, run = read_results(out, FRONTIER_FIELDS)
     assert (run["gen_length"], run["block_length"]) == (32, 32) and run["command"].startswith("python -m dico.bench")
-    points = sweep(32)
-    assert [(r["label"], r["mode"]) for r in rows] == [(p.label, m) for m in ("non-ar", "semi-ar") for p in points]
+    points = sweep(32, ("topk", "fast", "remdm"))
+    assert [(r["label"], r["mode"]) for r in rows] == [(p.label, m) for m in ("non-ar", "semi-ar") for p in points
+                                                       if not (m == "semi-ar" and p.method in NON_AR_ONLY)]
     for r in rows:
         assert (r["task"], r["n"], r["gen_length"]) == ("word", 2, 32)
         assert r["block_length"] == (32 if r["mode"] == "semi-ar" else None)
@@ -135,23 +137,33 @@ def test_the_figure_exports_as_html_and_as_a_png_without_kaleido(tmp_path):
 
 
 def test_the_published_decoders_lines_turn_their_knobs_through_their_defaults(capsys):
-    """EB-Sampler's gamma, KLASS's confidence, WINO's threshold and Saber's n each make a line through the method's
-    default; ``--lines`` picks lines, one token a step (the reference) always first; an unknown line is refused."""
+    """EB-Sampler's gamma, KLASS's confidence, WINO's threshold, Saber's n and the knobs of the decoders of 2026 each
+    make a line through the method's default; ``--lines`` picks lines, one token a step (the reference) always first;
+    an unknown line is refused."""
     from dico.bench.cli import main
     from dico.bench.frontier import LINES
     from dico.settings import SETTINGS
 
-    assert set(LINES) == {"topk", "fast", "fast-factor", "dico", "eb", "klass", "wino", "saber"}
+    assert set(LINES) == {"topk", "fast", "fast-factor", "dico", "eb", "klass", "wino", "saber", "llada21", "t2m",
+                          "hierarchy", "credit", "pc_sampler", "prophet", "remdm"}
     points = sweep(96, ("saber", "eb"))
     assert (points[0].label, points[0].value) == ("Top-1 per step", 1)
     assert [p.sweep for p in points[1:]] == ["EB-Sampler gamma"] * 5 + ["Saber n"] * 4
-    for method, knob in (("eb", "gamma"), ("klass", "confidence"), ("wino", "threshold"), ("saber", "n")):
+    for method, knob in (("eb", "gamma"), ("klass", "confidence"), ("wino", "threshold"), ("saber", "n"),
+                         ("llada21", "threshold"), ("t2m", "threshold"), ("hierarchy", "threshold"),
+                         ("credit", "threshold"), ("pc_sampler", "num_transfer_tokens"), ("remdm", "unmask_k")):
         line = [p for p in sweep(96, (method,)) if p.method == method]
         default = getattr(SETTINGS[method](), knob)
         assert default in [p.value for p in line] and all(p.settings == {knob: p.value} for p in line)
         assert [p.value for p in line] == sorted(p.value for p in line)
         for p in line:
             SETTINGS[method].from_dict(p.settings)          # every point is a setting the method accepts
+    prophet = [p for p in sweep(96, ("prophet",)) if p.method == "prophet"]     # its three gaps, scaled together
+    assert {"early": 7.5, "mid": 5.0, "late": 2.5} in [p.settings for p in prophet]
+    assert all(p.settings["early"] / 7.5 == p.settings["mid"] / 5.0 == p.settings["late"] / 2.5 == p.value
+               for p in prophet)
+    assert [p.value for p in sweep(96, ("remdm",)) if p.method == "remdm"] == [1, 2, 4]   # those dividing 96 x 0.875
+    assert [p.value for p in sweep(112, ("remdm",)) if p.method == "remdm"] == [1, 2]     # ... and 112 x 0.875 = 98
     assert sweep(96, ("topk",)) == sweep(96)[:5]
     assert main(["frontier", "--lines", "eb,beam", "--no-progress"]) == 2
     assert "error: lines: unknown line 'beam'" in capsys.readouterr().err

@@ -28,12 +28,22 @@ from dico.bench.runner import Report, Session, Subcommand, add_measure
 from dico.bench.tables import BREAK_KINDS, breaks_markdown
 from dico.embedded import tasks
 from dico.embedded.picks import _FRAMES, chosen
-from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, SEMI_AR, SamplingSettings
+from dico.settings import (
+    DEFAULT_BLOCK_LENGTH,
+    DEFAULT_GEN_LENGTH,
+    METHOD_LABELS,
+    NON_AR_ONLY,
+    SEMI_AR,
+    SamplingSettings,
+)
 
 CHOICE_FAMILIES = ("pick", "team")
 LANES = [("Vanilla", "vanilla", {}), ("Top-2 per step", "topk", {"k": 2}), ("Top-4 per step", "topk", {"k": 4}),
          ("Fast-dLLM", "fast", {}), ("DiCo", "dico", {}), ("EB-Sampler", "eb", {}), ("KLASS", "klass", {}),
-         ("WINO", "wino", {}), ("Saber", "saber", {})]
+         ("WINO", "wino", {}), ("Saber", "saber", {}),
+         # the decoders of 2026 (issue 54); ReMDM decodes non-AR only, as its code runs
+         *((METHOD_LABELS[m], m, {}) for m in ("llada21", "t2m", "hierarchy", "credit", "pc_sampler", "prophet",
+                                               "remdm"))]
 DEFAULT_ITEMS = 40
 KINDS = BREAK_KINDS
 
@@ -86,7 +96,8 @@ def together(trace, positions: list[int], when=None):
 
 
 def taken_back(trace, step, when=None) -> set[int]:
-    """The positions ``step`` committed whose commit was taken back later (or by the step itself)."""
+    """The positions ``step`` committed whose commit was taken back later (or by the step itself), or replaced by an
+    edit (an editing rule's replacement takes the token back and writes another)."""
     when = trace.commit_step() if when is None else when
     return {p for p in step.committed if when[p] != step.index}
 
@@ -119,7 +130,7 @@ def read(predictor, item, trace) -> dict:
     ids = trace.response[:trace.answer_length]
     text, spans = token_spans(predictor.tokenizer, ids)
     slots = choice_positions(item.family, text, spans)
-    revised = {"revised": revised_clashes(predictor, item, trace)} if trace.remasks() else {}
+    revised = {"revised": revised_clashes(predictor, item, trace)} if revises(trace) else {}
     if tasks.check(item, trace.text):
         chosen_positions = [p for _, positions in slots or [] for p in positions]
         return {"right": True, "together": together(trace, chosen_positions) is not None, **revised}
@@ -134,13 +145,21 @@ def read(predictor, item, trace) -> dict:
     return found
 
 
+def revises(trace) -> bool:
+    """Whether the run took a committed token back or replaced one (revising and editing rules)."""
+    return bool(trace.remasks() or trace.replaced())
+
+
 def revision(found: list[dict], traces) -> dict:
-    """A revising lane's take-backs (none for a lane that never took a token back): the answers in which a step's
-    clashing commits were taken back, how many of them ended right (repaired) and the tokens taken back a run."""
-    if not any(trace.remasks() for trace in traces):
+    """A revising or editing lane's take-backs (none for a lane that never took a token back nor replaced one): the
+    answers in which a step's clashing commits were taken back or replaced, how many of them ended right (repaired),
+    the tokens taken back a run and, for an editing lane, the tokens replaced a run."""
+    if not any(revises(trace) for trace in traces):
         return {}
     revised = [f for f in found if f.get("revised")]
-    return {"remasks_mean": round(sum(trace.remasks() for trace in traces) / len(traces), 2),
+    replaced = {"replaced_mean": round(sum(t.replaced() for t in traces) / len(traces), 2)} \
+        if any(t.replaced() for t in traces) else {}
+    return {"remasks_mean": round(sum(trace.remasks() for trace in traces) / len(traces), 2), **replaced,
             "clash_taken_back": len(revised), "repaired": sum(f["right"] for f in revised)}
 
 
@@ -175,6 +194,8 @@ def breaks(predictor, families, modes, n_items: int, lanes=LANES, gen_length: in
         for mode in modes:
             plain = {}                  # each lane without a cache, by method and its other settings
             for label, method, settings in lanes:
+                if mode == SEMI_AR and method in NON_AR_ONLY:
+                    continue
                 runs = decode_batch(predictor, [item.prompt for item in items], method, batch_size=batch_size,
                                     mode=mode, gen_length=gen_length,
                                     block_length=DEFAULT_BLOCK_LENGTH if mode == SEMI_AR else None, settings=settings)

@@ -8,7 +8,8 @@ family and mode, and accuracy (95% interval) read against forward passes.
 Naive top-k (k tokens a step by confidence: the paper's Figure 1, Observation I) beside Fast-dLLM's threshold and
 factor and DiCo's cluster bar (``dico.settings.DICO_KNOB``): the paper's Figure 1 and Fast-dLLM's
 threshold sweep in one picture; and the published decoders' knobs (EB-Sampler's gamma, KLASS's confidence, WINO's
-threshold, Saber's n). ``--lines`` picks lines by method:
+threshold, Saber's n), and the decoders of 2026 (LLaDA 2.1's and token-to-mask's threshold, dInfer's hierarchy and
+credit thresholds, PC-Sampler's and ReMDM's tokens a pass, Prophet's gaps). ``--lines`` picks lines by method:
 
     python -m dico.bench frontier --lines eb,klass,wino,saber --items 24 --families pick,team
 
@@ -26,7 +27,7 @@ from dico.bench.parts import in_processes
 from dico.bench.runner import Report, Session, Subcommand, add_measure
 from dico.bench.tables import frontier_markdown
 from dico.embedded import tasks
-from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, DICO_KNOB, SEMI_AR
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, DICO_KNOB, NON_AR_ONLY, SEMI_AR, ReMDMSettings
 
 TOPK = (1, 2, 4, 8, 16)
 THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
@@ -36,6 +37,15 @@ EB_GAMMAS = (0.01, 0.1, 0.5, 1.0, 2.0)
 KLASS_CONFIDENCES = (0.5, 0.7, 0.9, 0.95, 0.99)
 WINO_THRESHOLDS = (0.3, 0.5, 0.6, 0.8, 0.9)
 SABER_NS = (2, 4, 8, 16)              # from its default up
+# the decoders of 2026 (issue 54), each through its default: LLaDA 2.1's and token-to-mask's mask-to-token threshold
+# (0.7, its quality mode; the edit threshold stays at 0.5), dInfer's thresholds (0.9), PC-Sampler's tokens a pass (1),
+# Prophet's three gaps scaled together (1: 7.5 / 5.0 / 2.5), ReMDM's tokens a pass (1; those that divide its
+# initial share of the answer)
+LLADA21_THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95)
+DINFER_THRESHOLDS = (0.5, 0.7, 0.9, 0.95, 0.99)
+PC_SAMPLER_TOKENS = (1, 2, 4, 8)
+PROPHET_SCALES = (0.5, 1.0, 2.0, 4.0, 8.0)
+REMDM_UNMASK_K = (1, 2, 4, 8)
 
 
 def naive_topk(k: int, gen_length: int) -> tuple[str, dict]:
@@ -70,7 +80,26 @@ def lines(gen_length: int = DEFAULT_GEN_LENGTH) -> dict[str, list[Point]]:
             "eb": _line("EB-Sampler gamma", "eb", "gamma", EB_GAMMAS, "EB-Sampler gamma {v:g}"),
             "klass": _line("KLASS confidence", "klass", "confidence", KLASS_CONFIDENCES, "KLASS confidence {v:g}"),
             "wino": _line("WINO threshold", "wino", "threshold", WINO_THRESHOLDS, "WINO threshold {v:g}"),
-            "saber": _line("Saber n", "saber", "n", SABER_NS, "Saber n {v:g}")}
+            "saber": _line("Saber n", "saber", "n", SABER_NS, "Saber n {v:g}"),
+            "llada21": _line("LLaDA 2.1 threshold", "llada21", "threshold", LLADA21_THRESHOLDS, "LLaDA 2.1 {v:g}"),
+            "t2m": _line("Token-to-mask threshold", "t2m", "threshold", LLADA21_THRESHOLDS, "Token-to-mask {v:g}"),
+            "hierarchy": _line("dInfer hierarchy threshold", "hierarchy", "threshold", DINFER_THRESHOLDS,
+                               "dInfer hierarchy {v:g}"),
+            "credit": _line("dInfer credit threshold", "credit", "threshold", DINFER_THRESHOLDS, "dInfer credit {v:g}"),
+            "pc_sampler": _line("PC-Sampler tokens a pass", "pc_sampler", "num_transfer_tokens", PC_SAMPLER_TOKENS,
+                                "PC-Sampler {v:g} a pass"),
+            "prophet": [Point("Prophet gaps", "gap scale", scale, f"Prophet gaps x{scale:g}", "prophet",
+                              {"early": 7.5 * scale, "mid": 5.0 * scale, "late": 2.5 * scale})
+                        for scale in PROPHET_SCALES],
+            "remdm": _line("ReMDM tokens a pass", "remdm", "unmask_k", remdm_unmask_k(gen_length),
+                           "ReMDM {v:g} a pass")}
+
+
+def remdm_unmask_k(gen_length: int) -> tuple[int, ...]:
+    """ReMDM's tokens a pass that divide the share of the answer it commits before re-masking (its settings refuse
+    the others)."""
+    first = gen_length * ReMDMSettings().init_unmask_ratio
+    return tuple(k for k in REMDM_UNMASK_K if first == int(first) and int(first) % k == 0)
 
 
 LINES = tuple(lines())
@@ -95,7 +124,8 @@ def frontier(predictor, families, modes, n_items: int, gen_length: int = DEFAULT
     points = sweep(gen_length, chosen)
     cells = [(point, Cell(point.label, point.method, point.settings, mode, family, gen_length,
                           DEFAULT_BLOCK_LENGTH if mode == SEMI_AR else None))
-             for family in families for mode in modes for point in points]
+             for family in families for mode in modes for point in points
+             if not (mode == SEMI_AR and point.method in NON_AR_ONLY)]      # ReMDM: non-AR only, as its code runs
     bar = tqdm(total=len(cells) * n_items, desc="frontier", unit="decode", disable=not progress, dynamic_ncols=True)
     for _, cell in cells:
         decode_cell(predictor, cell, items[cell.task], batch_size, bar)

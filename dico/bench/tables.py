@@ -175,14 +175,17 @@ def breaks_markdown(rows: list[dict], title: str) -> str:
                       "final answer with that step's taken-back commits put back reads wrong, its clash from that "
                       "step) and the rule took one or more of them back; in brackets, how many of those answers ended "
                       "right. A commit counts where it stands: a token taken back and committed again counts at its "
-                      "last commit."]
+                      "last commit. An editing rule's replacement (LLaDA 2.1) takes a token back and writes another "
+                      "in one step: it counts as taken back, and its replacements a run are given beside the "
+                      "take-backs."]
     return "\n".join(lines)
 
 
 def _revised(row: dict) -> str:
     if "clash_taken_back" not in row:
         return "- | - | "
-    return f"{row['remasks_mean']:.2f} | {row['clash_taken_back']} ({row['repaired']} right) | "
+    replaced = f" + {row['replaced_mean']:.2f} replaced" if "replaced_mean" in row else ""
+    return f"{row['remasks_mean']:.2f}{replaced} | {row['clash_taken_back']} ({row['repaired']} right) | "
 
 
 def _num(value, spec: str = ".1f", unit: str = "") -> str:
