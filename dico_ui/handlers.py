@@ -15,7 +15,7 @@ from pathlib import Path
 import gradio as gr
 
 import visuals
-from dico.observe import WITHIN, dependency, locality, stage_of
+from dico.observe import WITHIN, dependency, layer_locality, layer_maps, locality, stage_of
 from dico.trace import MAX_JSON_BYTES, read_traces
 from dico_ui import render, runs
 from dico_ui.limits import LIMITS
@@ -268,14 +268,52 @@ def dependency_map(request: gr.Request, run_index, k, traces):
                               f"{found.passes} forward passes, apart from the run's steps, in {seconds:.1f} s.{where}"}
 
 
-def _under_the_map(waiting):
-    """The line's words while the map waits for a decoder, said under the map (the status keeps the run's own);
-    what the wait returns (whether to go on) is returned."""
+def _under_the_map(waiting, key: str = "dependency_note", above: str = ""):
+    """The line's words while a measurement waits for a decoder, said under it (``key``, after ``above``: the status
+    keeps the run's own); what the wait returns (whether to go on) is returned."""
     try:
         while True:
-            yield {"dependency_note": next(waiting)["status"]}
+            yield {key: above + next(waiting)["status"]}
     except StopIteration as done:
         return done.value
+
+
+@gpu
+def measure_layers(trace):
+    """The locality layer by layer's model call (on ZeroGPU in a worker process): one replay, two lenses (the answer's
+    positions, all positions)."""
+    predictor = get_predictor(trace.model)
+    maps = layer_maps(predictor, trace)
+    return (layer_locality(predictor, trace, WITHIN, among=set(range(trace.answer_length)), maps=maps),
+            layer_locality(predictor, trace, WITHIN, maps=maps))
+
+
+@friendly("Cannot measure the layers", page=True)
+def layers_view(request: gr.Request, traces):
+    """The Attention tab's locality, layer by layer, of the run it shows (``dico.observe.layer_locality``): the run's
+    steps replayed, one forward pass each, refused above ``LIMITS.layer_steps``; it waits for a decoder in the line
+    of runs as a run does, and never changes the run."""
+    if not traces:
+        raise ValueError(EXPIRED)
+    trace = next((t for t in traces if t.attention is not None), None)
+    passes, said = render.layer_plan(trace)
+    if not passes:
+        raise ValueError(said)
+    session = runs.session_of(request)
+    ticket = runs.LINE.join(session)
+    if ticket is None:
+        raise ValueError(runs.busy())
+    stages = render.attention_locality_md(trace).rsplit("\n\n", 1)[0] + "\n\n"
+    try:
+        if not (yield from _under_the_map(wait_turn(session, time.monotonic(), ticket), "locality", stages)):
+            return
+        yield {"locality": stages + f"Replaying {passes} steps layer by layer…"}
+        started = time.perf_counter()
+        answer, every = measure_layers(trace)
+        seconds = time.perf_counter() - started
+    finally:
+        runs.LINE.leave(ticket)
+    yield {"locality": render.layer_locality_md(trace, answer, every, seconds)}
 
 
 PLAY, PAUSE = "▶ Play", "⏸ Pause"

@@ -207,6 +207,8 @@ def result_tabs() -> dict:
                         "decoding (averaged over layers and heads). Key 0 is the whole prompt.")
             c["attention"] = gr.Plot(show_label=False, elem_id="attention-plot")
             c["locality"] = gr.Markdown(elem_id="attention-locality")
+            c["layers_button"] = gr.Button("Locality layer by layer (a forward pass a step)", elem_id="layers-button",
+                                           size="sm")
         with gr.Tab("Step by step", id="step-tab") as tab:
             tabs.append(tab)
             c |= step_view()

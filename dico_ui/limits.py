@@ -17,6 +17,7 @@ class Limits:
     run_seconds: float = 60.0       # a run still decoding after this stops, with its partial answers shown
     max_gen_length: int = 256       # response positions a run may ask for
     dependency_masked: int = 96     # masked positions a dependency map may cover (one pass each: a few seconds)
+    layer_steps: int = 256          # steps the locality layer by layer may replay (one pass each: a few seconds)
     # --- memory
     # sessions whose state (traces on screen) is kept, least recently used first out (env DICO_SESSION_CAP: a soak
     # reaches past a small cap sooner)

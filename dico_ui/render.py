@@ -383,16 +383,47 @@ def attention_locality_md(trace: Trace) -> str:
     for stage in STAGES:
         for name, found in lenses:
             near = found[stage]
-            rows.append(f"| {stage} | {name} | " + (" | ".join(
-                [f"{near.within:.2f}", f"{near.even:.2f}", f"{near.mean_distance:.1f}", f"{near.total:.2f}"])
-                if near is not None else "no masked position | | |") + " |")
+            rows.append(f"| {stage} | {name} | {_locality_cells(near)} |")
     return (f"**Locality of attention, {clean(trace.name)}** (the paper's Observation II; docs/observations.md): "
             "of a still-masked position's attention to the response, "
             f"the share within {WITHIN} positions against the share an even spread would put there, the mean distance "
             "(positions), and the share of its attention that goes to the response at all (the rest goes to the "
             "prompt). The answer's positions are told apart from the end-of-text padding.\n\n"
             f"| stage | positions | within {WITHIN} | even spread | mean distance | to the response |\n"
-            "|---|---|---|---|---|---|\n" + "\n".join(rows))
+            "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n" + layer_plan(trace)[1])
+
+
+def _locality_cells(near) -> str:
+    return (" | ".join([f"{near.within:.2f}", f"{near.even:.2f}", f"{near.mean_distance:.1f}", f"{near.total:.2f}"])
+            if near is not None else "no masked position | | |")
+
+
+def layer_plan(trace: Trace | None) -> tuple[int, str]:
+    """What the locality layer by layer would cost, in passes and in words: the run's steps replayed, a forward pass
+    each (``dico.observe.layer_maps``: the decode keeps only the layers' mean); 0 passes when the run captured no
+    attention or it is refused (more than ``LIMITS.layer_steps`` steps)."""
+    if trace is None or trace.attention is None or not trace.steps:
+        return 0, "This run captured no attention: tick “capture attention” and run again."
+    n = len(trace.steps)
+    if n > LIMITS.layer_steps:
+        return 0, (f"{clean(trace.name)} took {n} steps; the locality layer by layer replays each (a forward pass "
+                   f"each), and this server replays at most {LIMITS.layer_steps}.")
+    return n, (f"*Layer by layer* (the button below): the {n} steps of {clean(trace.name)} replayed, {n} forward "
+               "passes apart from the run's.")
+
+
+def layer_locality_md(trace: Trace, answer, every, seconds: float) -> str:
+    """The Attention tab's locality of each stage, then each layer's (``dico.observe.layer_locality``: ``answer`` over
+    the answer's positions, ``every`` over all), where the layers' mean can hide a layer that looks near and one that
+    looks far."""
+    lenses = ([("answer", answer)] if trace.answer_length < trace.gen_length else []) + [("all positions", every)]
+    rows = [f"| {stage} | {layer} | {name} | {_locality_cells(found[stage][layer])} |"
+            for stage in STAGES for layer in range(len(every[stage])) for name, found in lenses]
+    return (attention_locality_md(trace).rsplit("\n\n", 1)[0] +
+            f"\n\n**Layer by layer** ({every.passes} forward passes apart from the run's, {seconds:.1f} s; layer 0 "
+            "reads the embeddings): the same numbers for each layer's head-averaged map.\n\n"
+            f"| stage | layer | positions | within {WITHIN} | even spread | mean distance | to the response |\n"
+            "|---|---|---|---|---|---|---|\n" + "\n".join(rows))
 
 
 def dependency_plan(trace: Trace | None, k: int) -> tuple[int, str]:

@@ -91,7 +91,8 @@ def wire_lanes(slots, c: dict) -> None:
 
 
 def wire_step_view(c: dict) -> None:
-    """The step slider, the run chooser, Play and the dependency map (it decodes: in the line, as a run is)."""
+    """The step slider, the run chooser, Play, and the two measurements that decode on request (in the line, as a run
+    is): the step's dependency map and the Attention tab's locality layer by layer."""
     small = dict(show_api=False, show_progress="hidden")
     step_view = [c["step_view"], c["step_text"], c["dependency"], c["dependency_note"]]
     c["step"].change(keyed(h.show_step, c), [c["step_run"], c["step"], c["traces"]], step_view, concurrency_limit=4,
@@ -103,6 +104,8 @@ def wire_step_view(c: dict) -> None:
     c["dependency_button"].click(keyed(h.dependency_map, c), [c["step_run"], c["step"], c["traces"]],
                                  [c["dependency"], c["dependency_note"], c["status"]], show_api=False,
                                  **{**decoding(c), "show_progress_on": [c["dependency"]]})
+    c["layers_button"].click(keyed(h.layers_view, c), [c["traces"]], [c["locality"], c["status"]], show_api=False,
+                             **{**decoding(c), "show_progress_on": [c["locality"]]})
 
 
 def wire_fork_panel(c: dict, results: list) -> None:

@@ -187,6 +187,45 @@ def test_the_attention_tab_prints_the_locality_of_each_stage(app_module, lesson)
     assert render.attention_locality_md(lesson["topk"]) == ""          # no attention captured: nothing to print
 
 
+def test_the_locality_layer_by_layer_is_asked_for_says_its_cost_and_prints_every_layer(app_module, lesson,
+                                                                                       predictor):
+    """The Attention tab says what the per-layer lens costs (the run's steps replayed); asked for, it prints each
+    layer's locality beside the stages' (the layers' mean, as before), as ``dico.observe.layer_locality`` measures
+    it, and leaves the run as it was."""
+    from dico.observe import layer_locality
+
+    dico_run = lesson["dico"]
+    before = dico_run.to_json()
+    n = len(dico_run.steps)
+    assert f"the {n} steps of DiCo replayed, {n} forward passes" in h.first_impression()["locality"]
+    *waiting, out = h.layers_view(Session(), [lesson["topk"], dico_run])       # the run that captured attention
+    said = out["locality"]
+    assert said.startswith(render.attention_locality_md(dico_run).rsplit("\n\n", 1)[0])
+    assert f"**Layer by layer** ({n} forward passes apart from the run's" in said
+    answer = layer_locality(predictor, dico_run, among=set(range(dico_run.answer_length)))
+    every = layer_locality(predictor, dico_run)
+    assert len(every["early"]) == 4                                     # the embedded model's layers
+    for stage in ("early", "late"):
+        for layer in (0, 3):
+            for name, found in (("answer", answer[stage][layer]), ("all positions", every[stage][layer])):
+                assert (f"| {stage} | {layer} | {name} | {found.within:.2f} | {found.even:.2f} | "
+                        f"{found.mean_distance:.1f} | {found.total:.2f} |") in said
+    assert dico_run.to_json() == before
+
+
+def test_the_locality_layer_by_layer_is_refused_without_attention_or_over_the_cap(app_module, lesson, monkeypatch):
+    monkeypatch.setattr(h, "measure_layers", lambda *a: pytest.fail("a refused measurement ran the model"))
+    with pytest.warns(UserWarning):
+        outputs = list(h.layers_view(Session(), [lesson["topk"]]))
+    assert outputs == [{"status": "**Cannot measure the layers**: This run captured no attention: tick “capture "
+                                  "attention” and run again."}]
+    monkeypatch.setattr(render, "LIMITS", replace(render.LIMITS, layer_steps=4))
+    with pytest.warns(UserWarning):
+        outputs = list(h.layers_view(Session(), [lesson["dico"]]))
+    assert len(outputs) == 1 and "DiCo took 6 steps" in outputs[0]["status"] and "at most 4." in outputs[0]["status"]
+    assert "at most 4" in render.attention_locality_md(lesson["dico"])
+
+
 def test_the_race_marks_what_the_figures_mark():
     """One threshold: the race's marks and the clash figure's (visuals import no torch, so they repeat it)."""
     import visuals.observe
@@ -213,8 +252,8 @@ def test_the_api_measures_on_request_and_the_trace_keeps_it(app_url, app_module,
 
 @pytest.mark.e2e
 def test_in_a_browser_the_measurements_show_beside_the_run(page, app_url, artifacts):
-    """The control is there and off; the Attention tab prints the locality of each stage; the step view maps the
-    dependency at a step on request; no console error."""
+    """The control is there and off; the Attention tab prints the locality of each stage, and of each layer on
+    request; the step view maps the dependency at a step on request; no console error."""
     pytest.importorskip("playwright")
     from playwright.sync_api import expect
     errors = []
@@ -226,6 +265,9 @@ def test_in_a_browser_the_measurements_show_beside_the_run(page, app_url, artifa
     expect(page.locator("#measure-clash input")).not_to_be_checked()
     page.get_by_role("tab", name="Attention").click()
     expect(page.locator("#attention-locality table")).to_contain_text("within 3")
+    page.locator("#layers-button").click()
+    expect(page.locator("#attention-locality")).to_contain_text("Layer by layer (6 forward passes", timeout=120_000)
+    expect(page.locator("#attention-locality table").nth(1)).to_contain_text("layer")
     page.get_by_role("tab", name="Step by step").click()
     expect(page.locator("#dependency-note")).to_contain_text("costs 97 forward passes")
     page.locator("#dependency-button").click()
