@@ -55,17 +55,32 @@ def published(strategy, predictor, prompt_ids: list[int], width: int):
     """(steps, response) of dInfer's CreditThresholdParallelDecoder, block by block over the whole sequence."""
     decoder = strategy.CreditThresholdParallelDecoder(temperature=0.0, mask_id=predictor.mask_id, eos_id=-1,
                                                       **DEFAULTS)
+    return run_blocks(decoder, predictor, prompt_ids, width, ("edited",))
+
+
+def run_blocks(decoder, predictor, prompt_ids: list[int], width: int, empty=(), eos_id: int | None = None):
+    """(steps, response) of a dInfer decoder driven as its serving loop drives it: each block (LLaDA's layout: the
+    prompt, then blocks of ``width``) starts with ``block_init`` and gets a forward pass of the whole sequence and
+    ``decode`` with the block's logits until it has no mask (passes after that, which write nothing, are not run).
+    Each step records its commits and tokens, and an empty list under each key of ``empty`` (what the project's
+    steps compared also hold). With ``eos_id``, dInfer's early stop: after a block holding it, the rest of the
+    response is filled with it and the run ends."""
     m = len(prompt_ids)
     x = torch.tensor([prompt_ids + [predictor.mask_id] * GEN_LENGTH])
     steps = []
-    for start in range(m, m + GEN_LENGTH, width):
+    for block, start in enumerate(range(m, m + GEN_LENGTH, width)):
+        decoder.block_init(x[:, start:start + width], block)
         while bool((x[0, start:start + width] == predictor.mask_id).any()):
             with torch.no_grad():
                 logits, _ = predictor.forward(x)
             before = x[0, m:].clone()
             decoder.decode(logits[:, start:start + width], start, start + width, x)
             changed = torch.nonzero(before != x[0, m:]).flatten().tolist()
-            steps.append({"committed": changed, "tokens": [int(x[0, m + p]) for p in changed], "edited": []})
+            steps.append({"committed": changed, "tokens": [int(x[0, m + p]) for p in changed],
+                          **{key: [] for key in empty}})
+        if eos_id is not None and bool((x[0, start:start + width] == eos_id).any()):
+            x[0, start + width:] = eos_id
+            break
     return steps, x[0, m:].tolist()
 
 
