@@ -126,6 +126,29 @@ def test_cells_in_processes_give_the_rows_of_one_process(predictor, tmp_path):
     assert main(["breaks", "--jobs", "0", "--no-progress"]) == 2
 
 
+def test_breaks_saves_each_cell_and_a_rerun_decodes_only_the_cells_missing(predictor, tmp_path, monkeypatch):
+    """``--parts``: each (family, mode) cell is saved as it finishes; the same command run again reads it back
+    instead of decoding, and another lane set (another key) decodes again."""
+    import json
+
+    import dico.bench.breaks as breaks_module
+    from dico.bench.cli import main
+
+    args = ["breaks", "--families", "pick", "--items", "1", "--no-progress", "--methods", "topk", "--batch-size", "1",
+            "--parts", str(tmp_path / "parts")]
+    assert main(args + ["--json", str(tmp_path / "a.json")]) == 0
+    assert len(list((tmp_path / "parts").glob("part-*.json"))) == 2          # non-AR and semi-AR
+    decoded = []
+    real = breaks_module.breaks
+    monkeypatch.setattr(breaks_module, "breaks", lambda *a, **k: decoded.append(a[2]) or real(*a, **k))
+    assert main(args + ["--json", str(tmp_path / "b.json")]) == 0
+    assert decoded == []                                                     # both cells read back
+    rows = [json.loads((tmp_path / f"{x}.json").read_text())["rows"] for x in "ab"]
+    assert rows[0] == rows[1] and [r["label"] for r in rows[0]] == ["Top-2 per step", "Top-4 per step"] * 2
+    assert main(args[:-4] + ["--methods", "vanilla", "--parts", str(tmp_path / "parts")]) == 0
+    assert decoded == [("non-ar",), ("semi-ar",)]                            # other lanes: decoded again
+
+
 def test_a_cache_lane_counts_what_the_cache_broke_beside_its_twin(predictor):
     """``--cache`` decodes each lane again with the cache, right after it: right with the cache = right without it,
     less what the cache broke, plus what it mended; a cache refreshed every pass decodes as none and breaks nothing."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from dico.bench import options
 from dico.bench.core import QUICK_ITEMS
-from dico.bench.parts import in_processes
+from dico.bench.parts import Parts, in_processes, weights_id
 from dico.bench.runner import Report, Session, Subcommand, add_measure
 from dico.bench.tables import BREAK_KINDS, breaks_markdown
 from dico.embedded import tasks
@@ -235,6 +235,7 @@ class Plan:
     cache: str
     batch_size: int
     jobs: int
+    parts: str | None = None
 
     @property
     def title(self) -> str:
@@ -254,18 +255,21 @@ def plan(args) -> Plan:
     SamplingSettings.from_dict({"cache": args.cache})      # the setting's own check names a bad kind
     lanes = cached_lanes([lane for lane in LANES if lane[1] in methods], args.cache)
     options.at_least_one(jobs=args.jobs)
-    return Plan(families, modes, n_items, lanes, args.cache, args.batch_size, args.jobs)
+    return Plan(families, modes, n_items, lanes, args.cache, args.batch_size, args.jobs, args.parts)
 
 
 def measure(plan: Plan, session: Session) -> Report:
     """Every lane on the choice families, in this process or a (family, mode) cell per process."""
     where, about = session.where(plan.jobs), session.about()
     print(f"{plan.title}: model {about['model']}, on {where}", flush=True)
-    if plan.jobs > 1:
+    if plan.jobs > 1 or plan.parts:
+        parts = Parts(plan.parts, {"bench": "breaks", "weights": weights_id(session.args.model), "items": plan.n_items,
+                                   "batch_size": plan.batch_size, "lanes": plan.lanes}) if plan.parts else None
         rows = in_processes(functools.partial(breaks_cell, n_items=plan.n_items, batch_size=plan.batch_size,
                                               lanes=plan.lanes), session.model,
                             [(family, mode) for family in plan.families for mode in plan.modes], plan.jobs,
-                            progress=session.progress, desc="breaks cells")
+                            progress=session.progress, desc="breaks cells", parts=parts,
+                            predictor=session.predictor if plan.jobs <= 1 else None)
     else:
         rows = breaks(session.predictor, plan.families, plan.modes, plan.n_items, plan.lanes,
                       batch_size=plan.batch_size, progress=session.progress)
@@ -277,6 +281,7 @@ def register(subparsers) -> None:
                          Subcommand(plan, measure, threads=1), __doc__)
     options.add_items(parser, default=DEFAULT_ITEMS, quick=f"{QUICK_ITEMS} items per family instead of {DEFAULT_ITEMS}")
     options.add_batching(parser, jobs="processes decoding (family, mode) cells side by side, one torch thread each")
+    options.add_parts(parser, "a family and mode")
     options.add_scope(parser, families_default=",".join(CHOICE_FAMILIES))
     parser.add_argument("--methods", default=None, help="comma-separated methods (default: every one)")
     parser.add_argument("--cache", default="none", help="decode every lane again with this KV cache kind, each "

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from dico.bench import options
 from dico.bench.core import Cell, cell_row, decode_cell
-from dico.bench.parts import in_processes
+from dico.bench.parts import Parts, in_processes, weights_id
 from dico.bench.runner import Report, Session, Subcommand, add_measure
 from dico.bench.tables import frontier_markdown
 from dico.embedded import tasks
@@ -161,6 +161,7 @@ class Plan:
     batch_size: int
     jobs: int
     lines: tuple = LINES
+    parts: str | None = None
 
     @property
     def title(self) -> str:
@@ -174,7 +175,7 @@ def plan(args) -> Plan:
     gen_length = _gen(DEFAULT_GEN_LENGTH if args.gen is None else args.gen, modes)
     options.at_least_one(jobs=args.jobs, batch_size=args.batch_size)
     chosen = options.choices("lines", args.lines, LINES, "line", default=LINES)
-    return Plan(families, modes, n_items, gen_length, args.batch_size, args.jobs, chosen)
+    return Plan(families, modes, n_items, gen_length, args.batch_size, args.jobs, chosen, args.parts)
 
 
 def measure(plan: Plan, session: Session) -> Report:
@@ -182,11 +183,15 @@ def measure(plan: Plan, session: Session) -> Report:
     where, about = session.where(plan.jobs), session.about()
     print(f"{plan.title}: model {about['model']}, {plan.n_items} held-out items per family, "
           f"{len(sweep(plan.gen_length, plan.lines))} points, batch size {plan.batch_size}, on {where}", flush=True)
-    if plan.jobs > 1:
+    if plan.jobs > 1 or plan.parts:
+        parts = Parts(plan.parts, {"bench": "frontier", "weights": weights_id(session.args.model),
+                                   "items": plan.n_items, "gen_length": plan.gen_length,
+                                   "batch_size": plan.batch_size, "lines": plan.lines}) if plan.parts else None
         rows = in_processes(functools.partial(frontier_cell, n_items=plan.n_items, gen_length=plan.gen_length,
                                               batch_size=plan.batch_size, chosen=plan.lines), session.model,
                             [(family, mode) for family in plan.families for mode in plan.modes], plan.jobs,
-                            progress=session.progress, desc="frontier cells")
+                            progress=session.progress, desc="frontier cells", parts=parts,
+                            predictor=session.predictor if plan.jobs <= 1 else None)
     else:
         rows = frontier(session.predictor, plan.families, plan.modes, plan.n_items, plan.gen_length, plan.batch_size,
                         progress=session.progress, chosen=plan.lines)
@@ -202,6 +207,7 @@ def register(subparsers) -> None:
     parser.add_argument("--gen", type=int, default=None, help=f"answer length (default {DEFAULT_GEN_LENGTH}; "
                         f"semi-AR in blocks of {DEFAULT_BLOCK_LENGTH})")
     options.add_batching(parser, jobs="processes decoding (family, mode) cells side by side, one torch thread each")
+    options.add_parts(parser, "a family and mode")
     options.add_scope(parser)
     parser.add_argument("--lines", default=None, help=f"comma-separated lines, by method (default all: "
                         f"{', '.join(LINES)}); one token a step, the reference, is always decoded")

@@ -154,15 +154,41 @@ def _cell(work, model, cell) -> list[dict]:
     return work(_predictor(model), *cell)
 
 
-def in_processes(work, model, cells: list[tuple], jobs: int, progress: bool = True, desc: str = "cells") -> list[dict]:
+def in_processes(work, model, cells: list[tuple], jobs: int, progress: bool = True, desc: str = "cells",
+                 parts: Parts | None = None, predictor=None) -> list[dict]:
     """The rows of ``work(predictor, *cell)`` for every cell, each cell decoded in one of ``jobs`` processes (on a
     compute-bound CPU a process per core decodes in parallel), in ``cells``' order. ``work`` is a module-level
-    function or a partial of one, so that it pickles."""
+    function or a partial of one, so that it pickles. With ``parts`` each cell is saved as it finishes and a cell
+    saved earlier under the same key is not decoded again (a long run killed halfway goes on where it stopped);
+    with ``jobs`` 1 the cells are then decoded one after another in this process, on ``predictor``."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from tqdm import tqdm
 
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_cell, work, model, cell) for cell in cells]
-        return [row for future in tqdm(futures, desc=desc, disable=not progress) for row in future.result()]
+    done = {cell: rows for cell in cells if parts and (rows := parts.get(list(cell))) is not None}
+    todo = [cell for cell in cells if cell not in done]
+    if done and progress:
+        print(f"resuming: {len(done)} of {len(cells)} {desc} already decoded in {parts.folder}", flush=True)
+
+    def finish(cell, rows, seconds):
+        done[cell] = rows
+        if parts:
+            parts.put(list(cell), rows, seconds)
+
+    if jobs > 1 and todo:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_timed_cell, work, model, cell): cell for cell in todo}
+            for future in tqdm(as_completed(futures), total=len(todo), desc=desc, disable=not progress):
+                finish(futures[future], *future.result())
+    if jobs <= 1 and todo:
+        predictor = predictor if predictor is not None else _predictor(model)
+        for cell in todo:
+            start = time.perf_counter()
+            finish(cell, work(predictor, *cell), time.perf_counter() - start)
+    return [row for cell in cells for row in done[cell]]
+
+
+def _timed_cell(work, model, cell) -> tuple[list[dict], float]:
+    start = time.perf_counter()
+    return _cell(work, model, cell), time.perf_counter() - start
