@@ -303,7 +303,7 @@ def layers_view(request: gr.Request, traces):
     ticket = runs.LINE.join(session)
     if ticket is None:
         raise ValueError(runs.busy())
-    stages = render.attention_locality_md(trace).rsplit("\n\n", 1)[0] + "\n\n"
+    stages = render.stage_locality_md(trace) + "\n\n"
     try:
         if not (yield from _under_the_map(wait_turn(session, time.monotonic(), ticket), "locality", stages)):
             return

@@ -370,11 +370,17 @@ def run_caption(trace: Trace) -> str:
 # ----------------------------------------------------------------------------- Observation II and the dependency map
 
 def attention_locality_md(trace: Trace) -> str:
-    """Beside the Attention tab's stages, Observation II in numbers (``dico.observe.attention_locality``; no pass):
-    of a still-masked position's attention to the response, the share within ``WITHIN`` positions against an even
-    spread's, the mean distance, and the share that goes to the response at all; answer positions apart from all."""
+    """Beside the Attention tab's stages, Observation II in numbers (``stage_locality_md``; no pass), and what the
+    same numbers layer by layer would cost."""
     if trace.attention is None:
         return ""
+    return stage_locality_md(trace) + "\n\n" + layer_plan(trace)[1]
+
+
+def stage_locality_md(trace: Trace) -> str:
+    """Of a still-masked position's attention to the response, by stage (``dico.observe.attention_locality``): the
+    share within ``WITHIN`` positions against an even spread's, the mean distance, and the share that goes to the
+    response at all; answer positions apart from all."""
     answer = set(range(trace.answer_length))
     lenses = [("answer", attention_locality(trace, WITHIN, among=answer))] if trace.answer_length < trace.gen_length \
         else []
@@ -390,7 +396,7 @@ def attention_locality_md(trace: Trace) -> str:
             "(positions), and the share of its attention that goes to the response at all (the rest goes to the "
             "prompt). The answer's positions are told apart from the end-of-text padding.\n\n"
             f"| stage | positions | within {WITHIN} | even spread | mean distance | to the response |\n"
-            "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n" + layer_plan(trace)[1])
+            "|---|---|---|---|---|---|\n" + "\n".join(rows))
 
 
 def _locality_cells(near) -> str:
@@ -419,7 +425,7 @@ def layer_locality_md(trace: Trace, answer, every, seconds: float) -> str:
     lenses = ([("answer", answer)] if trace.answer_length < trace.gen_length else []) + [("all positions", every)]
     rows = [f"| {stage} | {layer} | {name} | {_locality_cells(found[stage][layer])} |"
             for stage in STAGES for layer in range(len(every[stage])) for name, found in lenses]
-    return (attention_locality_md(trace).rsplit("\n\n", 1)[0] +
+    return (stage_locality_md(trace) +
             f"\n\n**Layer by layer** ({every.passes} forward passes apart from the run's, {seconds:.1f} s; layer 0 "
             "reads the embeddings): the same numbers for each layer's head-averaged map.\n\n"
             f"| stage | layer | positions | within {WITHIN} | even spread | mean distance | to the response |\n"

@@ -200,7 +200,7 @@ def test_the_locality_layer_by_layer_is_asked_for_says_its_cost_and_prints_every
     assert f"the {n} steps of DiCo replayed, {n} forward passes" in h.first_impression()["locality"]
     *waiting, out = h.layers_view(Session(), [lesson["topk"], dico_run])       # the run that captured attention
     said = out["locality"]
-    assert said.startswith(render.attention_locality_md(dico_run).rsplit("\n\n", 1)[0])
+    assert said.startswith(render.stage_locality_md(dico_run))
     assert f"**Layer by layer** ({n} forward passes apart from the run's" in said
     answer = layer_locality(predictor, dico_run, among=set(range(dico_run.answer_length)))
     every = layer_locality(predictor, dico_run)

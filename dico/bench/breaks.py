@@ -269,7 +269,7 @@ def measure(plan: Plan, session: Session) -> Report:
                                               lanes=plan.lanes), session.model,
                             [(family, mode) for family in plan.families for mode in plan.modes], plan.jobs,
                             progress=session.progress, desc="breaks cells", parts=parts,
-                            predictor=session.predictor if plan.jobs <= 1 else None)
+                            predictor=session.predictor)
     else:
         rows = breaks(session.predictor, plan.families, plan.modes, plan.n_items, plan.lanes,
                       batch_size=plan.batch_size, progress=session.progress)

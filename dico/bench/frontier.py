@@ -191,7 +191,7 @@ def measure(plan: Plan, session: Session) -> Report:
                                               batch_size=plan.batch_size, chosen=plan.lines), session.model,
                             [(family, mode) for family in plan.families for mode in plan.modes], plan.jobs,
                             progress=session.progress, desc="frontier cells", parts=parts,
-                            predictor=session.predictor if plan.jobs <= 1 else None)
+                            predictor=session.predictor)
     else:
         rows = frontier(session.predictor, plan.families, plan.modes, plan.n_items, plan.gen_length, plan.batch_size,
                         progress=session.progress, chosen=plan.lines)
