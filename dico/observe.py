@@ -20,7 +20,7 @@ import torch
 
 from dico.sampling import Sampler
 from dico.settings import SETTINGS
-from dico.trace import CLASH_MARK, STAGES, Trace
+from dico.trace import CLASH_MARK, FLOOR_BOUND, STAGES, Trace
 
 ROWS_PER_PASS = 16          # sequences put through the model at once (each counts as one pass)
 CLASH_LIMIT = 8             # a step's most confident tokens the benchmark measures (a wide step's cost)
@@ -364,15 +364,19 @@ class Floor:
     """A decode that commits, each step, the most confident masked positions of the window one by one while the
     step's clash stays within ``bound`` nats: the fewest steps this model allows without committing tokens that
     clash. ``nfe`` is its steps (what a decoder that knew the clash would pay); ``passes`` every pass it spent,
-    the conditionals that checked each addition included."""
+    the conditionals that checked each addition included; ``answer_nfe`` the steps until the last answer token was
+    committed (the answer: the positions before the first end-of-text); ``token_forwards`` the positions its passes
+    put through the model."""
     response: list[int]
     text: str
     nfe: int
     passes: int
     per_step: list[int]
+    answer_nfe: int = 0
+    token_forwards: int = 0
 
 
-FLOOR_BOUND = 0.1       # nats: Fast-dLLM's and DiCo's steps on the lesson stay within 0.05, Top-4's clash is 13.7
+# FLOOR_BOUND (dico.trace): Fast-dLLM's and DiCo's steps on the lesson stay within 0.05 nats, Top-4's clash is 13.7
 
 
 def floor(predictor, prompt: str, *, mode: str = "non-ar", gen_length: int = 96, block_length: int | None = 32,
@@ -387,7 +391,7 @@ def floor(predictor, prompt: str, *, mode: str = "non-ar", gen_length: int = 96,
                   prompt_length=len(predictor.encode_prompt(prompt)), gen_length=gen_length, block_length=None)
     model = Replayed(predictor, trace)
     tokens: list[int | None] = [None] * gen_length
-    per_step = []
+    per_step, committed_at = [], [0] * gen_length
     for start in range(0, gen_length, width):
         window = range(start, min(start + width, gen_length))
         while any(tokens[p] is None for p in window):
@@ -407,7 +411,13 @@ def floor(predictor, prompt: str, *, mode: str = "non-ar", gen_length: int = 96,
                 spent += cost
                 state[masked[i]] = int(pred[i])
                 taken += 1
+            for p in masked:
+                if state[p] is not None:
+                    committed_at[p] = len(per_step)
             tokens = state
             per_step.append(taken)
     response = [int(t) for t in tokens]
-    return Floor(response, predictor.decode(response), len(per_step), model.passes, per_step)
+    answer = predictor.answer_length(response)
+    return Floor(response, predictor.decode(response), len(per_step), model.passes, per_step,
+                 answer_nfe=max((committed_at[p] + 1 for p in range(answer)), default=0),
+                 token_forwards=model.passes * (trace.prompt_length + gen_length))

@@ -81,6 +81,9 @@ STAGES = ("early", "middle", "late")
 # Fast-dLLM's and DiCo's steps there: within 0.05; a step of one token: none). Declared here, beside the trace that
 # carries the clash, so the figures read it without the library's torch code (dico.observe).
 CLASH_MARK = 1.0
+# nats: the floor's bound on a step's clash (``dico.observe.floor``), here for the same reason: the benchmark's tables
+# name it without torch.
+FLOOR_BOUND = 0.1
 # A trace can hold at most this many steps per response position (a sampler may waste passes; a
 # file claiming more is not a decode).
 MAX_STEPS_PER_POSITION = 16

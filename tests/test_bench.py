@@ -396,14 +396,14 @@ def test_table1_methods_decodes_only_the_chosen_rows_and_refuses_an_unknown_one(
     decodes in every part whichever are chosen; without it every config is decoded."""
     from dico.bench import benchmark
     from dico.bench.cli import main, parser, with_subcommand
-    from dico.bench.core import REFERENCE, TABLE
+    from dico.bench.core import FLOOR_ROW, REFERENCE, TABLE
 
     top, names = parser()
     chosen = benchmark.plan(top.parse_args(with_subcommand(["--methods", "saber,eb", "--quick"], names)))
     assert [c[0] for c in chosen.configs] == ["EB-Sampler", "Saber"] and REFERENCE not in chosen.configs
     assert chosen.title.startswith("Table 1 (small scale): EB-Sampler, Saber;")
     assert [c[0] for c in benchmark.table_configs("dico")] == ["DiCo", "DiCo (authors' code)"]
-    assert benchmark.table_configs(None) == list(TABLE)
+    assert benchmark.table_configs(None) == list(TABLE) + [FLOOR_ROW]           # the floor each row is read against
     assert main(["--methods", "eb,beam", "--no-progress"]) == 2
     assert "error: methods: unknown method 'beam'" in capsys.readouterr().err
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dico.bench.core import wilson
+from dico.bench.core import FLOOR, wilson
 from dico.bench.docs import readme_section
 from dico.bench.frontier import TOPK, naive_topk, sweep
 from dico.bench.tables import FRONTIER_FIELDS, read_results
@@ -23,8 +23,10 @@ def test_each_line_turns_one_knob_and_one_token_a_step_comes_first():
     assert len({p.value for p in points if p.sweep == "Fast-dLLM factor"}) >= 3
     assert len([p for p in points if p.method == "dico"]) >= 3
     assert len({p.label for p in points}) == len(points)
-    for p in points:                                   # every point is a config the library accepts
+    decoders = [p for p in points if p.method != FLOOR]
+    for p in decoders:                                 # every point is a config the library accepts
         assert p.method in METHODS and settings_for(p.method, p.settings)
+    assert [p for p in points if p.method == FLOOR] == [p for p in points if p.sweep == "Floor"] == points[-1:]
 
 
 @pytest.mark.subprocess
@@ -145,7 +147,7 @@ def test_the_published_decoders_lines_turn_their_knobs_through_their_defaults(ca
     from dico.settings import SETTINGS
 
     assert set(LINES) == {"topk", "fast", "fast-factor", "dico", "eb", "klass", "wino", "saber", "llada21", "t2m",
-                          "hierarchy", "credit", "pc_sampler", "prophet", "remdm"}
+                          "hierarchy", "credit", "pc_sampler", "prophet", "remdm", "floor"}
     points = sweep(96, ("saber", "eb"))
     assert (points[0].label, points[0].value) == ("Top-1 per step", 1)
     assert [p.sweep for p in points[1:]] == ["EB-Sampler gamma"] * 5 + ["Saber n"] * 4

@@ -180,8 +180,38 @@ def test_the_floor_commits_a_step_while_its_clash_stays_within_the_bound(predict
     found = floor(predictor, "Pick one leader of Lily Howard, Don Gill and Sara Lake.", gen_length=24)
     assert sum(found.per_step) == 24 and found.nfe == len(found.per_step) < 24
     assert found.passes >= found.nfe and "Gill" in found.text and not ("Sara" in found.text and "Don" in found.text)
+    assert 1 <= found.answer_nfe <= found.nfe
+    assert found.token_forwards == found.passes * (len(predictor.encode_prompt(
+        "Pick one leader of Lily Howard, Don Gill and Sara Lake.")) + 24)
     strict = floor(predictor, "Pick one leader of Lily Howard, Don Gill and Sara Lake.", gen_length=6, bound=-1.0)
     assert strict.per_step == [1] * 6 and strict.passes == 6 + 5    # nothing joins a step below a negative bound
+
+
+def test_table1_and_the_frontier_read_every_rows_passes_against_the_floor(predictor):
+    """Item 9: the floor is a row of Table 1 (``--methods floor``) and a point of the frontier, decoded on the same
+    items; each row of its cell shows its passes over the floor's, and the floor, a bound, has no AUP."""
+    from dico.bench import benchmark, frontier
+    from dico.bench.core import FLOOR_ROW
+    from dico.bench.tables import frontier_markdown, markdown
+
+    assert benchmark.table_configs("floor") == [FLOOR_ROW] and FLOOR_ROW in benchmark.table_configs(None)
+    rows = benchmark.run(predictor, [("Top-2 per step", "topk", {"k": 2}), FLOOR_ROW], ("pick",), ("non-ar",), 2,
+                         ((16, 8),), 2, progress=False)
+    vanilla, top2, bound = rows
+    assert bound["method"] == "floor" and bound["n"] == 2 and bound["nfe_mean"] < top2["nfe_mean"] == 8
+    assert bound["passes_mean"] > bound["nfe_mean"] and bound["answer_nfe_mean"] <= bound["nfe_mean"]
+    table = markdown(rows, "Table 1").splitlines()
+    assert table[2].endswith("| non-ar AUP | non-ar NFE / floor |")
+    assert table[4].endswith(f"| {16 / bound['nfe_mean']:.1f} |")     # Vanilla: 16 passes
+    assert table[5].endswith(f"| {8 / bound['nfe_mean']:.1f} |")      # Top-2: 8
+    assert table[6].endswith("| - | 1.0 |")                             # the floor: no AUP, its own passes
+    assert "NFE / floor = the row's passes over the floor's" in table[-1]
+    points = frontier.frontier(predictor, ("pick",), ("non-ar",), 2, gen_length=16, batch_size=2, progress=False,
+                               chosen=("topk", "floor"))
+    assert [p["sweep"] for p in points][-1] == "Floor" and points[-1]["nfe_mean"] == bound["nfe_mean"]
+    drawn = frontier_markdown(points, "frontier").splitlines()
+    assert drawn[2].endswith("| NFE / floor |") and drawn[4].endswith(f"| {16 / bound['nfe_mean']:.1f} |")
+    assert markdown(rows[:2], "Table 1").count("floor") == 0           # a table without the floor reads as before
 
 
 @pytest.mark.slow

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from dico.bench import options
 from dico.bench.core import (
     BATCH_SIZE,
+    FLOOR,
+    FLOOR_ROW,
     LENGTHS,
     QUICK_ITEMS,
     REFERENCE,
@@ -105,12 +107,14 @@ def measure_table(plan: TablePlan, session: Session) -> Report:
 
 
 def table_configs(text: str | None) -> list:
-    """Table 1's configs for ``--methods`` (comma-separated method names; "dico" keeps both DiCo rows): every
-    config when it is not given. Vanilla, the reference, is decoded in every part whichever are chosen."""
+    """Table 1's configs for ``--methods`` (comma-separated method names; "dico" keeps both DiCo rows; "floor" the
+    floor's row, ``dico.observe.floor``): every config and the floor when it is not given. Vanilla, the reference,
+    is decoded in every part whichever are chosen."""
+    rows = TABLE + [FLOOR_ROW]
     if not text:
-        return list(TABLE)
-    chosen = options.choices("methods", text, METHODS, "method")
-    return [c for c in TABLE if c[1] in chosen]
+        return rows
+    chosen = options.choices("methods", text, (*METHODS, FLOOR), "method")
+    return [c for c in rows if c[1] in chosen]
 
 
 def plan(args) -> TablePlan:
@@ -137,4 +141,6 @@ def register(subparsers) -> None:
     add_table_options(parser)
     options.add_scope(parser)
     parser.add_argument("--methods", default=None, help="comma-separated methods whose rows to decode (default all: "
-                        f"{', '.join(METHODS)}; dico keeps both DiCo rows); Vanilla, the reference, is always decoded")
+                        f"{', '.join(METHODS)}, and {FLOOR}; dico keeps both DiCo rows; {FLOOR}: the fewest steps "
+                        "without a clash, the passes every row is read against); Vanilla, the reference, is always "
+                        "decoded")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from dico.embedded import tasks
 from dico.lanes import default_label
 from dico.settings import METHODS
+from dico.trace import FLOOR_BOUND
 
 # (gen_length, semi-AR block_length): ours, sized to the embedded model's 20-70-token answers (three blocks
 # in semi-AR), and the paper's (section 5.1: 256 positions, semi-AR blocks of 128).
@@ -29,6 +30,10 @@ METHOD_ROWS = [(default_label(m), m, {}) for m in METHODS]     # every method at
 AUTHORS_ROW = ("DiCo (authors' code)", "dico", {"authors_code": True})
 TABLE = METHOD_ROWS + [AUTHORS_ROW]
 REFERENCE = TABLE[0]            # Vanilla, one token a step: every Table 1 part's reference
+# Not a decoder but the bound every decoder's passes are read against (issue 52, item 9; ``dico.observe.floor``): each
+# step commits the most confident masked positions while the step's clash stays within 0.1 nats.
+FLOOR = "floor"
+FLOOR_ROW = (f"Floor (each step's clash within {FLOOR_BOUND:g} nats)", FLOOR, {})
 
 
 def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -65,11 +70,9 @@ def aup_of_rows(rows: list[dict]) -> dict[int, float]:
     """Each Table 1 row's AUP (by its index in ``rows``): its curve is Vanilla's point in the same cell (task, mode,
     gen_length: rho 1) and its own (rho = gen_length / NFE), accuracy in percent, y_max the cell's best accuracy.
     Rows of a cell without a Vanilla row get none."""
-    cells: dict[tuple, list[int]] = {}
-    for i, r in enumerate(rows):
-        cells.setdefault((r["task"], r["mode"], r.get("gen_length")), []).append(i)
     out = {}
-    for members in cells.values():
+    for members in _cells(rows).values():
+        members = [i for i in members if rows[i]["method"] != FLOOR]      # a bound, not a decoder
         vanilla = next((rows[i] for i in members if rows[i]["method"] == "vanilla" and not rows[i].get("settings")),
                        None)
         if vanilla is None or not vanilla.get("gen_length"):
@@ -81,6 +84,25 @@ def aup_of_rows(rows: list[dict]) -> dict[int, float]:
             out[i] = aup([(vanilla["gen_length"] / vanilla["nfe_mean"], 100 * vanilla["accuracy"]),
                           (rho, 100 * r["accuracy"])], best)
     return out
+
+
+def floor_ratios(rows: list[dict]) -> dict[int, float]:
+    """Each row's passes over the floor's (``FLOOR_ROW``) in its cell (task, mode, gen_length), by its index in
+    ``rows``; rows of a cell without a floor row get none."""
+    out = {}
+    for members in _cells(rows).values():
+        floor = next((rows[i] for i in members if rows[i]["method"] == FLOOR), None)
+        if floor is not None and floor["nfe_mean"]:
+            out |= {i: rows[i]["nfe_mean"] / floor["nfe_mean"] for i in members}
+    return out
+
+
+def _cells(rows: list[dict]) -> dict[tuple, list[int]]:
+    """Row indices by cell: task, mode and gen_length."""
+    cells: dict[tuple, list[int]] = {}
+    for i, r in enumerate(rows):
+        cells.setdefault((r["task"], r["mode"], r.get("gen_length")), []).append(i)
+    return cells
 
 
 @dataclass
@@ -98,6 +120,7 @@ class Cell:
     nfe: int = 0
     answer_nfe: int = 0
     forwards: int = 0
+    passes: int = 0                                  # the floor's: its measuring conditionals included
     wall: float = 0.0
     outcomes: list = field(default_factory=list)     # per item: right (0/1) and its text's digest
 
@@ -109,10 +132,13 @@ def decode_cell(predictor, cell: Cell, items, batch_size: int, bar) -> None:
 
     bar.set_postfix_str(f"{cell.task} {cell.gen_length} {cell.mode} {cell.label}", refresh=True)
     start = time.perf_counter()
-    runs = decode_batch(predictor, [item.prompt for item in items], cell.method, batch_size=batch_size,
-                        mode=cell.mode, gen_length=cell.gen_length, block_length=cell.block_length,
-                        settings=cell.settings)
-    traces = drain(runs, lambda: bar.update(1))
+    if cell.method == FLOOR:
+        traces = floors(predictor, cell, items, lambda: bar.update(1))
+    else:
+        runs = decode_batch(predictor, [item.prompt for item in items], cell.method, batch_size=batch_size,
+                            mode=cell.mode, gen_length=cell.gen_length, block_length=cell.block_length,
+                            settings=cell.settings)
+        traces = drain(runs, lambda: bar.update(1))
     cell.wall = time.perf_counter() - start
     cell.n = len(traces)
     cell.outcomes = [(int(tasks.check(item, trace.text)), text_digest(trace.text))
@@ -121,6 +147,20 @@ def decode_cell(predictor, cell: Cell, items, batch_size: int, bar) -> None:
     cell.nfe = sum(trace.nfe for trace in traces)
     cell.answer_nfe = sum(trace.answer_nfe for trace in traces)
     cell.forwards = sum(trace.token_forwards for trace in traces)
+    cell.passes = sum(getattr(trace, "passes", 0) for trace in traces)
+
+
+def floors(predictor, cell: Cell, items, tick) -> list:
+    """The floor of each item (``dico.observe.floor``, one item at a time: its conditionals are sequential), with
+    the fields of a trace a cell counts."""
+    from dico.observe import floor
+
+    found = []
+    for item in items:
+        found.append(floor(predictor, item.prompt, mode=cell.mode, gen_length=cell.gen_length,
+                           block_length=cell.block_length or cell.gen_length, **cell.settings))
+        tick()
+    return found
 
 
 def text_digest(text: str) -> str:
@@ -143,6 +183,7 @@ def cell_row(cell: Cell, ref: Cell, batch_size: int) -> dict:
             "tokens_per_s": round(tps, 1), "speedup_nfe": round(ref.nfe / cell.nfe, 2),
             "speedup_answer_nfe": round(ref.answer_nfe / cell.answer_nfe, 2) if cell.answer_nfe else 0.0,
             "speedup_wall": round(tps / ref_tps, 2) if ref_tps else 0.0, "settings": cell.settings,
+            **({"passes_mean": round(cell.passes / cell.n, 2)} if cell.method == FLOOR else {}),
             # kept in the saved parts (the cache bench compares its cached decodes with them), not in the report
             "outcomes": {"correct": "".join(str(c) for c, _ in cell.outcomes),
                          "text": [digest for _, digest in cell.outcomes]}}

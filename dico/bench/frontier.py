@@ -9,7 +9,9 @@ Naive top-k (k tokens a step by confidence: the paper's Figure 1, Observation I)
 factor and DiCo's cluster bar (``dico.settings.DICO_KNOB``): the paper's Figure 1 and Fast-dLLM's
 threshold sweep in one picture; and the published decoders' knobs (EB-Sampler's gamma, KLASS's confidence, WINO's
 threshold, Saber's n), and the decoders of 2026 (LLaDA 2.1's and token-to-mask's threshold, dInfer's hierarchy and
-credit thresholds, PC-Sampler's and ReMDM's tokens a pass, Prophet's gaps). ``--lines`` picks lines by method:
+credit thresholds, PC-Sampler's and ReMDM's tokens a pass, Prophet's gaps); and the floor (``dico.observe.floor``:
+the fewest steps without committing tokens that clash), the point each line's passes are read against (NFE / floor).
+``--lines`` picks lines by method (``floor`` the floor's point):
 
     python -m dico.bench frontier --lines eb,klass,wino,saber --items 24 --families pick,team
 
@@ -22,12 +24,13 @@ import functools
 from dataclasses import dataclass
 
 from dico.bench import options
-from dico.bench.core import Cell, cell_row, decode_cell
+from dico.bench.core import FLOOR, FLOOR_ROW, Cell, cell_row, decode_cell
 from dico.bench.parts import Parts, in_processes, weights_id
 from dico.bench.runner import Report, Session, Subcommand, add_measure
 from dico.bench.tables import frontier_markdown
 from dico.embedded import tasks
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, DICO_KNOB, NON_AR_ONLY, SEMI_AR, ReMDMSettings
+from dico.trace import FLOOR_BOUND
 
 TOPK = (1, 2, 4, 8, 16)
 THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
@@ -92,7 +95,9 @@ def lines(gen_length: int = DEFAULT_GEN_LENGTH) -> dict[str, list[Point]]:
                               {"early": 7.5 * scale, "mid": 5.0 * scale, "late": 2.5 * scale})
                         for scale in PROPHET_SCALES],
             "remdm": _line("ReMDM tokens a pass", "remdm", "unmask_k", remdm_unmask_k(gen_length),
-                           "ReMDM {v:g} a pass")}
+                           "ReMDM {v:g} a pass"),
+            # not a decoder's knob: the fewest steps without a clash, one point every line's passes are read against
+            FLOOR: [Point("Floor", "bound", FLOOR_BOUND, FLOOR_ROW[0], FLOOR, {})]}
 
 
 def remdm_unmask_k(gen_length: int) -> tuple[int, ...]:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 
-from dico.bench.core import aup_of_rows, wilson
+from dico.bench.core import FLOOR, aup_of_rows, floor_ratios, wilson
 from dico.bench.hardware import counted
 from dico.settings import METHOD_LABELS, MODES
+from dico.trace import FLOOR_BOUND
 
 ROW_FIELDS = ("method", "label", "mode", "task", "n", "accuracy", "nfe_mean", "tokens_per_s", "speedup_nfe",
               "speedup_wall")
@@ -47,9 +48,13 @@ def _x(value, ratio) -> str:
 def markdown(rows, title: str) -> str:
     """Rows laid out like the paper's Table 1: a row per task, method and length, a column group per mode."""
     modes = sorted({r["mode"] for r in rows}, key=list(MODES).index)
+    ratios = {id(rows[i]): value for i, value in floor_ratios(rows).items()}
+    floor = " | {m} NFE / floor" if ratios else ""
+    width = 6 if ratios else 5
     head = "| Task | Method | gen / block | " + " | ".join(
-        f"{m} accuracy (95% CI) | {m} NFE | {m} answer NFE | {m} tokens/s | {m} AUP" for m in modes) + " |"
-    lines = [f"**{title}**", "", head, "|" + "---|" * (3 + 5 * len(modes))]
+        f"{m} accuracy (95% CI) | {m} NFE | {m} answer NFE | {m} tokens/s | {m} AUP{floor.format(m=m)}"
+        for m in modes) + " |"
+    lines = [f"**{title}**", "", head, "|" + "---|" * (3 + width * len(modes))]
     index = {(r["task"], r["label"], r.get("gen_length"), r["mode"]): r for r in rows}
     aups = {id(rows[i]): value for i, value in aup_of_rows(rows).items()}
     for task in dict.fromkeys(r["task"] for r in rows):
@@ -62,7 +67,7 @@ def markdown(rows, title: str) -> str:
                 cells = []
                 for r in found:
                     if r is None:
-                        cells += ["-"] * 5
+                        cells += ["-"] * width
                         continue
                     ci = (f" ({100 * r['accuracy_low']:.0f}-{100 * r['accuracy_high']:.0f})" if "accuracy_low" in r
                           else "")
@@ -70,14 +75,28 @@ def markdown(rows, title: str) -> str:
                               _x(r.get("answer_nfe_mean"), r.get("speedup_answer_nfe")),
                               f"{r['tokens_per_s']:.0f} ({r['speedup_wall']:.1f}x)",
                               f"{aups[id(r)]:.0f}" if id(r) in aups else "-"]
+                    if ratios:
+                        cells.append(f"{ratios[id(r)]:.1f}" if id(r) in ratios else "-")
                 shape = f"{gen} / {block}" if block else str(gen or "")
                 lines.append(f"| {task} | {label} | {shape} | " + " | ".join(cells) + " |")
     n = max(r["n"] for r in rows)
     batch = rows[0].get("batch_size")
     lines += ["", f"n = {n} held-out items per task; 95% Wilson interval in brackets; speed-ups (x) against Vanilla "
                   "in the same run; answer NFE = forward passes until the last answer token was committed; "
-                  f"{AUP_NOTE}" + (f"; decoded {batch} prompts per forward pass." if batch else ".")]
+                  f"{AUP_NOTE}" + (f"; decoded {batch} prompts per forward pass." if batch else ".") + floor_note(rows)]
     return "\n".join(lines)
+
+
+def floor_note(rows) -> str:
+    """What a table's floor rows are, when it has any."""
+    found = [r for r in rows if r["method"] == FLOOR]
+    if not found:
+        return ""
+    return (f" NFE / floor = the row's passes over the floor's in the same cell; the floor (n = "
+            f"{max(r['n'] for r in found)} items, the first of each family's held-out items) commits, each step, the "
+            f"most confident masked positions while the step's clash stays within {FLOOR_BOUND:g} nats "
+            "(dico.observe.floor): the fewest steps this model allows without committing tokens that clash. It is a "
+            "bound, not a decoder: the passes that check each addition are not in its NFE, and it has no AUP.")
 
 
 AUP_NOTE = ("AUP = accuracy under parallelism (d3LLM): the area under the curve from Vanilla's point (1 token a pass) "
@@ -92,15 +111,19 @@ def _accuracy(row: dict) -> str:
 
 def frontier_markdown(rows, title: str) -> str:
     """The frontier as one table: a row per task, mode and point, each line's points in its knob's order."""
-    lines = [f"**{title}**", "", "| Task | mode | line | setting | accuracy (95% CI) | NFE | answer NFE |",
-             "|---|---|---|---|---|---|---|"]
+    ratios = {id(rows[i]): value for i, value in floor_ratios(rows).items()}
+    floor = " NFE / floor |" if ratios else ""
+    lines = [f"**{title}**", "", f"| Task | mode | line | setting | accuracy (95% CI) | NFE | answer NFE |{floor}",
+             "|---|---|---|---|---|---|---|" + ("---|" if ratios else "")]
     for r in rows:
+        ratio = (f" {ratios[id(r)]:.1f} |" if id(r) in ratios else " - |") if ratios else ""
         lines.append(f"| {r['task']} | {r['mode']} | {r['sweep']} | {r['knob']} = {r['value']} | {_accuracy(r)} | "
-                     f"{_x(r['nfe_mean'], r['speedup_nfe'])} | {_x(r['answer_nfe_mean'], r['speedup_answer_nfe'])} |")
+                     f"{_x(r['nfe_mean'], r['speedup_nfe'])} | {_x(r['answer_nfe_mean'], r['speedup_answer_nfe'])} |"
+                     + ratio)
     lines += ["", f"n = {max(r['n'] for r in rows)} held-out items per task; 95% Wilson interval in brackets; NFE = "
                   "forward passes (mean), answer NFE = passes until the last answer token was committed; (x) against "
                   "one token a step on the same items. Top-k per step commits the k most confident masked positions "
-                  "each pass (LLaDA's Vanilla with steps = gen / k)."]
+                  "each pass (LLaDA's Vanilla with steps = gen / k)." + floor_note(rows)]
     return "\n".join(lines)
 
 
@@ -275,7 +298,7 @@ def combined_markdown(record: dict) -> str:
                      for s in record["sources"])
     return "\n".join(table[:-1] + [f"{runs}. 95% Wilson interval in brackets; speed-ups (x) against Vanilla in the "
                                     "row's own run; answer NFE = forward passes until the last answer token was "
-                                    "committed. " + record.get("note", "")]).rstrip()
+                                    "committed." + floor_note(record["rows"]) + " " + record.get("note", "")]).rstrip()
 
 
 def _ci(ci: dict, spec: str = ".2f") -> str:
