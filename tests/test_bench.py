@@ -454,6 +454,33 @@ def test_combine_puts_runs_side_by_side_and_docs_follow_their_sources(tmp_path, 
     assert "error: sources:" in capsys.readouterr().err
 
 
+def test_combine_puts_a_frontier_beside_the_floor_decoded_in_another_run_and_refuses_mixing_kinds():
+    """The shipped frontier and a later run of the floor's point on the same items read as one table, each row with
+    its passes over the floor's; a Table 1 file and a frontier file do not combine."""
+    from dico.bench.combine import combine
+    from dico.bench.tables import render
+
+    def frontier_record(points, n=60):
+        record = _table_record([label for label, _, _ in points], n=n)
+        methods = {label: (method, sweep) for label, method, sweep in points}
+        for r in record["rows"]:
+            r["method"], r["sweep"] = methods[r["label"]]
+            r |= {"knob": "k", "value": 1, "nfe_mean": 96.0 if r["method"] == "topk" else 4.0}
+        return {**{k: v for k, v in record.items() if k != "lengths"}, "gen_length": 96, "block_length": 32}
+
+    one_a_step = ("Top-1 per step", "topk", "Top-k per step")
+    shipped = frontier_record([one_a_step, ("Fast-dLLM 0.9", "fast", "Fast-dLLM threshold")])
+    floor = frontier_record([one_a_step, ("Floor", "floor", "Floor")])
+    record = combine([("frontier.json", shipped), ("frontier_floor.json", floor)], "Frontier")
+    assert [r["label"] for r in record["rows"]] == ["Top-1 per step", "Top-1 per step", "Fast-dLLM 0.9",
+                                                    "Fast-dLLM 0.9", "Floor", "Floor"]
+    table = render({**record, "command": "c"})
+    assert "| pick | non-ar | Fast-dLLM threshold | k = 1 |" in table and "| NFE / floor |" in table
+    assert "| 24.0 |" in table and "2 rows from `frontier_floor.json` (n = 60 items per task" in table
+    with pytest.raises(ValueError, match="a frontier file and t1.json is not"):
+        combine([("t1.json", _table_record(["Vanilla"])), ("f.json", floor)])
+
+
 def test_takeback_counts_misses_mended_by_any_and_by_the_first_take_back():
     from dico.bench.tables import render
     from dico.bench.takeback import takeback_row

@@ -1,8 +1,11 @@
-"""Table 1 from several runs, ``python -m dico.bench combine``: the rows of Table 1 result files side by side in one
-table, the first file's rows first, later files adding only the rows (label, mode, task, length) not already there.
+"""Table 1 (or the frontier) from several runs, ``python -m dico.bench combine``: the rows of Table 1 result files
+side by side in one table, the first file's rows first, later files adding only the rows (label, mode, task, length)
+not already there; frontier files the same way (a line decoded in another run, such as the floor's point).
 
     python -m dico.bench combine assets/bench/table1.json assets/bench/table1_new.json \\
         --json assets/bench/table1_all.json --markdown assets/bench/table1_all.md
+    python -m dico.bench combine assets/bench/frontier.json assets/bench/frontier_floor.json \\
+        --json assets/bench/frontier_all.json --markdown assets/bench/frontier_all.md
 
 Decodes are deterministic, so a row is what it would be in one run of every method; the runs must share the model's
 weights (training step), the lengths and the batch size. Each row keeps its own run's speed-ups (against Vanilla
@@ -19,7 +22,7 @@ from pathlib import Path
 from dico.bench.runner import fail
 from dico.bench.tables import ROW_FIELDS, render
 
-SAME = ("model", "model_step", "lengths", "batch_size")
+SAME = ("model", "model_step", "lengths", "gen_length", "block_length", "batch_size")
 
 
 def combine(records: list[tuple[str, dict]], title: str | None = None, note: str = "") -> dict:
@@ -32,6 +35,9 @@ def combine(records: list[tuple[str, dict]], title: str | None = None, note: str
         table = record.get("rows")
         if not isinstance(table, list) or not table or any(k not in table[0] for k in ROW_FIELDS):
             raise ValueError(f"sources: {path} holds no Table 1 rows")
+        if _frontier(table) != _frontier(first["rows"]):
+            raise ValueError(f"sources: {path} is {'a frontier' if _frontier(table) else 'a Table 1'} file and "
+                             f"{records[0][0]} is not: files of one kind only")
         for field in SAME:
             if record.get(field) != first.get(field):
                 raise ValueError(f"sources: {path}'s {field} is {record.get(field)!r}, not {first.get(field)!r} as in "
@@ -41,8 +47,12 @@ def combine(records: list[tuple[str, dict]], title: str | None = None, note: str
         rows += new
         sources.append({"path": path, "rows": len(new), "n": max(r["n"] for r in table),
                         "command": record.get("command", "")})
-    return {"title": title or first.get("title", ""), **{k: first.get(k) for k in SAME}, "sources": sources,
-            "note": note, "rows": rows}
+    return {"title": title or first.get("title", ""), **{k: first[k] for k in SAME if k in first},
+            "sources": sources, "note": note, "rows": rows}
+
+
+def _frontier(rows: list) -> bool:
+    return isinstance(rows, list) and bool(rows) and "sweep" in rows[0]
 
 
 def _key(row: dict) -> tuple:
@@ -85,10 +95,12 @@ def run(args, argv=None) -> int:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("combine", help="Table 1's rows from several result files in one table",
+    parser = subparsers.add_parser("combine", help="Table 1's (or the frontier's) rows from several result files "
+                                   "in one table",
                                    description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sources", nargs="+", help="Table 1 result files (JSON), relative to the working directory")
+    parser.add_argument("sources", nargs="+", help="Table 1 (or frontier) result files (JSON), relative to the "
+                        "working directory")
     parser.add_argument("--title", default=None, help="the table's title (default: the first file's)")
     parser.add_argument("--note", default=None, help="a sentence under the table")
     parser.add_argument("--json", metavar="PATH", help="write the combined record")

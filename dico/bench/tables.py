@@ -294,11 +294,16 @@ def combined_markdown(record: dict) -> str:
     """``python -m dico.bench combine``: Table 1's rows from several runs side by side, each run's n and command
     said under the table (decodes are deterministic: a row is what it would be in one run of every method)."""
     table = markdown(record["rows"], record.get("title", "")).split("\n")
-    runs = "; ".join(f"{s['rows']} rows from `{s['path']}` (n = {s['n']} items per task, `{s['command']}`)"
+    return "\n".join(table[:-1] + [f"{_sources(record)}. 95% Wilson interval in brackets; speed-ups (x) against "
+                                    "Vanilla in the row's own run; answer NFE = forward passes until the last answer "
+                                    "token was committed." + floor_note(record["rows"]) + " "
+                                    + record.get("note", "")]).rstrip()
+
+
+def _sources(record: dict) -> str:
+    """Where a combined file's rows come from: each run's rows, n and command."""
+    return "; ".join(f"{s['rows']} rows from `{s['path']}` (n = {s['n']} items per task, `{s['command']}`)"
                      for s in record["sources"])
-    return "\n".join(table[:-1] + [f"{runs}. 95% Wilson interval in brackets; speed-ups (x) against Vanilla in the "
-                                    "row's own run; answer NFE = forward passes until the last answer token was "
-                                    "committed." + floor_note(record["rows"]) + " " + record.get("note", "")]).rstrip()
 
 
 def _ci(ci: dict, spec: str = ".2f") -> str:
@@ -388,5 +393,7 @@ def render(record: dict) -> str:
         return cache_tables(record)
     if name == "table" and "sources" in record:
         return combined_markdown(record)
+    if name == "frontier" and "sources" in record:
+        return frontier_markdown(record["rows"], record.get("title", "")) + "\n\n" + _sources(record) + "."
     renderer = next(r for n, _, r in KINDS if n == name)
     return renderer(record["rows"], record.get("title", ""))
