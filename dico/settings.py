@@ -496,6 +496,13 @@ METHOD_LABELS = {"vanilla": "Vanilla", "topk": "Top-k per step", "fast": "Fast-d
 REVISING = ("wino", "saber", "t2m", "remdm")
 # The decoders whose published code decodes the whole response at once (a semi-AR request is refused).
 NON_AR_ONLY = ("remdm",)
+
+
+def decodes_in(method: str, mode: str) -> bool:
+    """Whether a method decodes in a mode (its published code's), so that a bench's matrix leaves out the rest."""
+    return not (mode == SEMI_AR and method in NON_AR_ONLY)
+
+
 # The decoders that may replace written tokens with others (a step's ``edited``, docs/decoding.md §3.2).
 EDITING = ("llada21",)
 # A run stops after PASS_LIMIT x gen_length passes, whatever its rule does (trace.limit_reached), plus the passes

@@ -30,7 +30,7 @@ from dico.bench.parts import Parts, run_parts, weights_id
 from dico.bench.runner import Report, Session, Subcommand, add_measure
 from dico.bench.tables import markdown
 from dico.embedded import tasks
-from dico.settings import METHODS, NON_AR_ONLY, SEMI_AR
+from dico.settings import METHODS, SEMI_AR, decodes_in
 
 TITLE = "Table 1 (small scale)"
 
@@ -49,7 +49,7 @@ def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batc
     items = {family: tasks.make_split(family, "test", n_items) for family in families}
     cells = [Cell(label, method, settings, mode, family, gen, block if mode == SEMI_AR else None)
              for family in families for gen, block in lengths for mode in modes for label, method, settings in configs
-             if not (mode == SEMI_AR and method in NON_AR_ONLY)]       # ReMDM: non-AR only, as its code runs
+             if decodes_in(method, mode)]
     bar = tqdm(total=len(cells) * n_items, desc="bench", unit="decode", disable=not progress, dynamic_ncols=True)
     for cell in cells:
         decode_cell(predictor, cell, items[cell.task], batch_size, bar)

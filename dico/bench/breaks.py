@@ -32,9 +32,9 @@ from dico.settings import (
     DEFAULT_BLOCK_LENGTH,
     DEFAULT_GEN_LENGTH,
     METHOD_LABELS,
-    NON_AR_ONLY,
     SEMI_AR,
     SamplingSettings,
+    decodes_in,
 )
 
 CHOICE_FAMILIES = ("pick", "team")
@@ -194,7 +194,7 @@ def breaks(predictor, families, modes, n_items: int, lanes=LANES, gen_length: in
         for mode in modes:
             plain = {}                  # each lane without a cache, by method and its other settings
             for label, method, settings in lanes:
-                if mode == SEMI_AR and method in NON_AR_ONLY:
+                if not decodes_in(method, mode):
                     continue
                 runs = decode_batch(predictor, [item.prompt for item in items], method, batch_size=batch_size,
                                     mode=mode, gen_length=gen_length,

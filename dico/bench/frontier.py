@@ -29,7 +29,7 @@ from dico.bench.parts import Parts, in_processes, weights_id
 from dico.bench.runner import Report, Session, Subcommand, add_measure
 from dico.bench.tables import frontier_markdown
 from dico.embedded import tasks
-from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, DICO_KNOB, NON_AR_ONLY, SEMI_AR, ReMDMSettings
+from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, DICO_KNOB, SEMI_AR, ReMDMSettings, decodes_in
 from dico.trace import FLOOR_BOUND
 
 TOPK = (1, 2, 4, 8, 16)
@@ -130,7 +130,7 @@ def frontier(predictor, families, modes, n_items: int, gen_length: int = DEFAULT
     cells = [(point, Cell(point.label, point.method, point.settings, mode, family, gen_length,
                           DEFAULT_BLOCK_LENGTH if mode == SEMI_AR else None))
              for family in families for mode in modes for point in points
-             if not (mode == SEMI_AR and point.method in NON_AR_ONLY)]      # ReMDM: non-AR only, as its code runs
+             if decodes_in(point.method, mode)]
     bar = tqdm(total=len(cells) * n_items, desc="frontier", unit="decode", disable=not progress, dynamic_ncols=True)
     for _, cell in cells:
         decode_cell(predictor, cell, items[cell.task], batch_size, bar)
