@@ -381,10 +381,8 @@ def stage_locality_md(trace: Trace) -> str:
     """Of a still-masked position's attention to the response, by stage (``dico.observe.attention_locality``): the
     share within ``WITHIN`` positions against an even spread's, the mean distance, and the share that goes to the
     response at all; answer positions apart from all."""
-    answer = set(range(trace.answer_length))
-    lenses = [("answer", attention_locality(trace, WITHIN, among=answer))] if trace.answer_length < trace.gen_length \
-        else []
-    lenses.append(("all positions", attention_locality(trace, WITHIN)))
+    lenses = _lenses(trace, lambda: attention_locality(trace, WITHIN, among=set(range(trace.answer_length))),
+                     attention_locality(trace, WITHIN))
     rows = []
     for stage in STAGES:
         for name, found in lenses:
@@ -397,6 +395,12 @@ def stage_locality_md(trace: Trace) -> str:
             "prompt). The answer's positions are told apart from the end-of-text padding.\n\n"
             f"| stage | positions | within {WITHIN} | even spread | mean distance | to the response |\n"
             "|---|---|---|---|---|---|\n" + "\n".join(rows))
+
+
+def _lenses(trace: Trace, answer, every) -> list[tuple]:
+    """The locality lenses a table shows: the answer's positions (``answer()``: measured only when the run has
+    padding to tell apart) and all positions."""
+    return ([("answer", answer())] if trace.answer_length < trace.gen_length else []) + [("all positions", every)]
 
 
 def _locality_cells(near) -> str:
@@ -422,7 +426,7 @@ def layer_locality_md(trace: Trace, answer, every, seconds: float) -> str:
     """The Attention tab's locality of each stage, then each layer's (``dico.observe.layer_locality``: ``answer`` over
     the answer's positions, ``every`` over all), where the layers' mean can hide a layer that looks near and one that
     looks far."""
-    lenses = ([("answer", answer)] if trace.answer_length < trace.gen_length else []) + [("all positions", every)]
+    lenses = _lenses(trace, lambda: answer, every)
     rows = [f"| {stage} | {layer} | {name} | {_locality_cells(found[stage][layer])} |"
             for stage in STAGES for layer in range(len(every[stage])) for name, found in lenses]
     return (stage_locality_md(trace) +
