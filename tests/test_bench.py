@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dico.bench.core import wilson
+from dico.bench.core import FLOOR, FLOOR_ROW, wilson
 from dico.bench.tables import ROW_FIELDS, read_results, throughput_markdown
 from dico.embedded import tasks
 from dico.lanes import default_label
@@ -32,7 +32,7 @@ def test_table1_rows_at_two_lengths_side_by_side(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     rows, run = read_results(out)
     assert run["lengths"] == [[16, 8], [24, 8]] and (run["batch_size"], run["jobs"]) == (2, 2)
-    configs = [(m, default_label(m)) for m in METHODS] + [("dico", "DiCo (authors' code)")]
+    configs = [(m, default_label(m)) for m in METHODS] + [("dico", "DiCo (authors' code)"), FLOOR_ROW[1::-1]]
     assert {(r["method"], r["label"], r["mode"], r["task"], r["gen_length"]) for r in rows} == {
         (m, label, mode, t, g) for m, label in configs for mode in ("non-ar", "semi-ar")
         for t in tasks.SHORT_FAMILIES for g in (16, 24)
@@ -44,13 +44,15 @@ def test_table1_rows_at_two_lengths_side_by_side(tmp_path):
         assert r["accuracy_low"] <= r["accuracy"] <= r["accuracy_high"]
         assert (r["accuracy_low"], r["accuracy_high"]) == tuple(round(v, 4) for v in wilson(r["correct"], 2))
         # a revising or editing rule may take more passes than gen_length: the loop's limit for it
-        limit = pass_limit(make_rule(r["method"], r["mode"], r["settings"]), r["gen_length"], r["block_length"])
+        limit = r["gen_length"] if r["method"] == FLOOR else \
+            pass_limit(make_rule(r["method"], r["mode"], r["settings"]), r["gen_length"], r["block_length"])
         assert 1 <= r["answer_nfe_mean"] <= r["nfe_mean"] <= limit and r["tokens_per_s"] > 0
         assert min(r["speedup_nfe"], r["speedup_answer_nfe"], r["speedup_wall"]) > 0
         if r["method"] == "vanilla":
             assert r["nfe_mean"] == r["gen_length"] and r["speedup_nfe"] == r["speedup_answer_nfe"] == 1.0
     table = md.read_text()
     assert "| word | DiCo | 16 / 8 |" in table and "| word | DiCo | 24 / 8 |" in table
+    assert "non-ar NFE / floor" in table and f"| word | {FLOOR_ROW[0]} | 24 / 8 |" in table
 
 
 def test_wilson_interval_matches_the_textbook_values():
@@ -396,7 +398,7 @@ def test_table1_methods_decodes_only_the_chosen_rows_and_refuses_an_unknown_one(
     decodes in every part whichever are chosen; without it every config is decoded."""
     from dico.bench import benchmark
     from dico.bench.cli import main, parser, with_subcommand
-    from dico.bench.core import FLOOR_ROW, REFERENCE, TABLE
+    from dico.bench.core import REFERENCE, TABLE
 
     top, names = parser()
     chosen = benchmark.plan(top.parse_args(with_subcommand(["--methods", "saber,eb", "--quick"], names)))
