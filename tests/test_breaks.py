@@ -82,6 +82,14 @@ def test_the_table_shows_the_break_with_its_step_and_confidences():
             "“I pick bats and bats.”: step 3 committed `bats` (0.49) + `bats` (0.47) |") in breaks_markdown([row], "t")
 
 
+def test_a_break_an_edit_wrote_says_so_when_its_run_named_no_tokens():
+    from dico.bench.tables import _said
+    example = {"text": "I pick does, dolls and cones.", "step": {"index": 22, "phase": "edit", "tokens": [],
+                                                                  "confidence": []}}
+    assert _said(example) == ("“I pick does, dolls and cones.”: step 22 wrote them by editing (runs before the "
+                              "breaks bench read edits name no tokens)")
+
+
 def test_the_table_names_a_dico_phase_and_no_other():
     """DiCo's Divide, Conquer and Finalize say which part of the method committed the clash; "vanilla" and "fast"
     (a count of top tokens, a threshold) are no phase, and beside an EB-Sampler row read as another method."""

@@ -138,7 +138,7 @@ def read(predictor, item, trace) -> dict:
     step = together(trace, positions) if positions else None
     found = {"right": False, "kind": kind, "together": step is not None, "text": trace.text.strip(), **revised}
     if step is not None:
-        both = sorted(set(positions).intersection(step.committed))
+        both = sorted(set(positions).intersection(step.committed + [e[0] for e in step.edited]))   # an edit writes too
         found["step"] = {"index": step.index, "phase": step.phase,
                          "tokens": [trace.token_text(trace.response[p]) for p in both],
                          "confidence": [round(step.confidence[p], 3) for p in both]}
