@@ -88,6 +88,8 @@ def test_a_break_an_edit_wrote_says_so_when_its_run_named_no_tokens():
                                                                   "confidence": []}}
     assert _said(example) == ("“I pick does, dolls and cones.”: step 22 wrote them by editing (runs before the "
                               "breaks bench read edits name no tokens)")
+    example["step"] |= {"tokens": [" does", " dolls"], "confidence": [None, 0.91]}
+    assert _said(example).endswith(": step 22 committed `does` (edited) + `dolls` (0.91)")
 
 
 def test_the_table_names_a_dico_phase_and_no_other():

@@ -141,7 +141,9 @@ def read(predictor, item, trace) -> dict:
         both = sorted(set(positions).intersection(step.committed + [e[0] for e in step.edited]))   # an edit writes too
         found["step"] = {"index": step.index, "phase": step.phase,
                          "tokens": [trace.token_text(trace.response[p]) for p in both],
-                         "confidence": [round(step.confidence[p], 3) for p in both]}
+                         # an edited position carries no mask confidence: None
+                         "confidence": [None if step.confidence[p] is None else round(step.confidence[p], 3)
+                                        for p in both]}
     return found
 
 

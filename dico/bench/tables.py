@@ -162,7 +162,8 @@ def _said(example: dict | None) -> str:
         s = example["step"]
         phase = f" ({s['phase']})" if s["phase"] in DICO_PHASES else ""     # "vanilla"/"fast" name no phase
         said += (f": step {s['index']}{phase} committed " + " + ".join(
-            f"`{t.strip()}` ({c:.2f})" for t, c in zip(s["tokens"], s["confidence"])) if s["tokens"] else
+            f"`{t.strip()}` ({'edited' if c is None else f'{c:.2f}'})" for t, c in zip(s["tokens"], s["confidence"]))
+            if s["tokens"] else
             f": step {s['index']} wrote them by editing (runs before the breaks bench read edits name no tokens)")
     return said
 
