@@ -376,8 +376,6 @@ class Floor:
     token_forwards: int = 0
 
 
-# FLOOR_BOUND (dico.trace): Fast-dLLM's and DiCo's steps on the lesson stay within 0.05 nats, Top-4's clash is 13.7
-
 
 def floor(predictor, prompt: str, *, mode: str = "non-ar", gen_length: int = 96, block_length: int | None = 32,
           bound: float = FLOOR_BOUND) -> Floor:

@@ -134,6 +134,7 @@ def decode_cell(predictor, cell: Cell, items, batch_size: int, bar) -> None:
     start = time.perf_counter()
     if cell.method == FLOOR:
         traces = floors(predictor, cell, items, lambda: bar.update(1))
+        cell.passes = sum(floor.passes for floor in traces)
     else:
         runs = decode_batch(predictor, [item.prompt for item in items], cell.method, batch_size=batch_size,
                             mode=cell.mode, gen_length=cell.gen_length, block_length=cell.block_length,
@@ -147,7 +148,6 @@ def decode_cell(predictor, cell: Cell, items, batch_size: int, bar) -> None:
     cell.nfe = sum(trace.nfe for trace in traces)
     cell.answer_nfe = sum(trace.answer_nfe for trace in traces)
     cell.forwards = sum(trace.token_forwards for trace in traces)
-    cell.passes = sum(getattr(trace, "passes", 0) for trace in traces)
 
 
 def floors(predictor, cell: Cell, items, tick) -> list:
