@@ -111,6 +111,8 @@ def test_the_app_shows_the_shipped_frontier_or_says_how_to_make_it(tmp_path):
                                                             for r in fixed_rows()]}))
     fig, note = frontier_view(path)
     assert len(fig.data) == 12 and "Regenerate with `c`" in note and "10 held-out items" in note
+    fig, note = frontier_view()                # the shipped one: the frontier and the floor on the same items
+    assert "Floor" in {trace.name for trace in fig.data} and "with the floor" in note
 
 
 def test_readme_shows_the_frontier_with_its_image_once_shipped(tmp_path):
