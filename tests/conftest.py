@@ -15,11 +15,6 @@ import pytest
 for _key in ("HF_HUB_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
     os.environ.setdefault(_key, "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-# A process per core (pytest-xdist) with torch's default of a thread per core puts two threads on each core, and
-# their spin-waits cost more than the work: every test ran 4x slower (tests/test_golden.py and test_batch.py: 15.8
-# against 3.8 minutes, two workers on 2 cores). One thread per worker, and per subprocess it starts.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"
