@@ -483,6 +483,31 @@ def test_combine_puts_a_frontier_beside_the_floor_decoded_in_another_run_and_ref
         combine([("t1.json", _table_record(["Vanilla"])), ("f.json", floor)])
 
 
+def test_combine_puts_a_lane_decoded_again_in_place_of_its_older_rows_in_the_breaks_table():
+    """A breaks lane decoded again by a newer run (named first) replaces the older run's rows of that lane; the
+    rest come from the older run, each family and mode's lanes together."""
+    from dico.bench.combine import combine
+    from dico.bench.tables import render
+
+    def breaks_record(labels, said, n=200):
+        rows = [{"family": family, "mode": mode, "label": label, "n": n, "right": 1, "nfe_mean": 9.0, "repeat": 0,
+                 "mixed": n - 1, "malformed": 0, "wrong_together": 0, "right_together": 0,
+                 "example": {"text": said, "kind": "mixed", "together": False}}
+                for family in ("pick", "team") for mode in ("non-ar", "semi-ar") for label in labels]
+        return {"title": "Breaks", "model": "dico-tiny", "model_step": 7, "command": "c", "rows": rows}
+
+    newer, older = breaks_record(["LLaDA 2.1"], "new"), breaks_record(["LLaDA 2.1", "Prophet"], "old")
+    record = combine([("breaks_llada21.json", newer), ("breaks_2026.json", older)])
+    assert [(r["family"], r["mode"], r["label"], r["example"]["text"]) for r in record["rows"]] == [
+        (family, mode, label, "new" if label == "LLaDA 2.1" else "old") for family in ("pick", "team")
+        for mode in ("non-ar", "semi-ar") for label in ("LLaDA 2.1", "Prophet")]
+    table = render({**record, "note": "Decoded again."})
+    assert "| pick | semi-ar | Prophet | 1/200" in table and "4 rows from `breaks_2026.json`" in table
+    assert table.endswith("Decoded again.")
+    with pytest.raises(ValueError, match="sources: t1.json is a Table 1 file and breaks_2026.json is not"):
+        combine([("breaks_2026.json", older), ("t1.json", _table_record(["Vanilla"]))])
+
+
 def test_takeback_counts_misses_mended_by_any_and_by_the_first_take_back():
     from dico.bench.tables import render
     from dico.bench.takeback import takeback_row

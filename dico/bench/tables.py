@@ -395,7 +395,8 @@ def render(record: dict) -> str:
         return cache_tables(record)
     if name == "table" and "sources" in record:
         return combined_markdown(record)
-    if name == "frontier" and "sources" in record:
-        return frontier_markdown(record["rows"], record.get("title", "")) + "\n\n" + _sources(record) + "."
     renderer = next(r for n, _, r in KINDS if n == name)
-    return renderer(record["rows"], record.get("title", ""))
+    table = renderer(record["rows"], record.get("title", ""))
+    if "sources" in record:             # a combined frontier or breaks table: where its rows come from
+        return f"{table}\n\n{_sources(record)}. {record.get('note', '')}".rstrip()
+    return table
