@@ -64,8 +64,8 @@ def replay(predictor, parent: Trace, at: int):
         if k == at:
             break
         logits, attentions = run.forward()
-        step = run.step(logits, attentions)
         theirs = parent.steps[k]
+        step = run.step(logits, attentions, recorded=theirs)
         if (step.committed, step.tokens, step.remasked, step.edited) != (theirs.committed, theirs.tokens,
                                                                           theirs.remasked, theirs.edited):
             raise ValueError(f"trace: step {k} does not replay on model {predictor.name!r} (it committed "

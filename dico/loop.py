@@ -16,6 +16,7 @@ reaches the model's device, and attention maps are summed there until the run en
 """
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Generator
 from functools import partial
@@ -41,7 +42,7 @@ from dico.settings import (
     SEMI_AR,
     Settings,
 )
-from dico.trace import STAGES, AttentionStages, Step, Trace
+from dico.trace import NEAR_TIE, STAGES, AttentionStages, Step, Trace
 
 CONFIDENCE_DIGITS = 5       # the trace rounds confidences to this many digits (its JSON stays small)
 
@@ -251,9 +252,10 @@ class Decoding:
         logits, mirror, _ = verify_forward(self.predictor, self.ids, (self.m + start, self.m + end))
         return torch.cat([logits[0], mirror[0]])
 
-    def step(self, logits: torch.Tensor, attentions=None, forward_s: float = 0.0) -> Step:
+    def step(self, logits: torch.Tensor, attentions=None, forward_s: float = 0.0, recorded: Step | None = None) -> Step:
         """Advance by one step given this pass's logits over the whole sequence (l, v), on the model's device
-        (a verifying rule's: (l + w, v), the mirrored window after the sequence)."""
+        (a verifying rule's: (l + w, v), the mirrored window after the sequence). ``recorded``: the step a replay
+        expects (``dico.forking``); near-ties fall its way (``_choose``)."""
         t1 = time.perf_counter()
         length, mirror = self.m + self.n, None
         if self.rule.verifies:
@@ -262,8 +264,8 @@ class Decoding:
             logits[self.m:length], self.predictor.mask_id, self.stops, signals=self.rule.signals,
             tokens=self.ids[0, self.m:], mirror=mirror,
             fuse=partial(self.rule.fuse, masked=self.masked) if self.rule.fuses else None)
-        choice = self.rule.choose(Scores(conf, pred, margin, self.masked, self.window, rank, signals, self.fixed,
-                                         self.m, self.ids[0, self.m:].clone()))
+        choice = self._choose(Scores(conf, pred, margin, self.masked, self.window, rank, signals, self.fixed, self.m,
+                                     self.ids[0, self.m:].clone()), recorded)
         commit, remask, edit = self._checked(choice, pred)
         t2 = time.perf_counter()
         if self.attention is not None and attentions is not None and (self.cache is None or self.cache.refreshed):
@@ -276,6 +278,18 @@ class Decoding:
         if self.done:
             self.close()
         return step
+
+    def _choose(self, scores: Scores, recorded: Step | None) -> Choice:
+        """The rule's choice. Replaying a recorded step whose positions this machine would choose otherwise, the
+        rule chooses again from scores leaning the recorded way by ``NEAR_TIE``: another CPU's last bits may order
+        near-tied positions otherwise (docs/decoding.md §2.2), and a trace decoded there still forks here. Only
+        then: a replay on the machine that decoded the trace gives its rule exactly the scores it had."""
+        if recorded is None:
+            return self.rule.choose(scores)
+        trial = copy.deepcopy(self.rule, {id(self.predictor): self.predictor}).choose(scores.copy())
+        if _positions(trial) == (recorded.committed, recorded.remasked, [p for p, _, _ in recorded.edited]):
+            return self.rule.choose(scores)
+        return self.rule.choose(scores.leaning(recorded.committed, NEAR_TIE))
 
     def _checked(self, choice: Choice, pred: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The rule's commits (masked positions), re-masks (decoded after the commits, none fixed) and edits (decoded
@@ -384,6 +398,11 @@ def close_snapshot(predictor: MaskPredictor, trace: Trace) -> Trace:
         vocab.update((t, predictor.token_text(t)) for t in set(step.prediction) - {None} - vocab.keys())
     return finish(trace, predictor, response, vocab, stopped=True,
                   wall_s=sum(s.forward_s + s.select_s for s in trace.steps))
+
+
+def _positions(choice: Choice) -> tuple[list[int], list[int], list[int]]:
+    """A choice's commits, take-backs and edits as a step records them (sorted, once each)."""
+    return sorted(set(choice.commit)), sorted(set(choice.remask)), sorted(set(choice.edit))
 
 
 def pass_limit(rule, gen_length: int, width: int | None) -> int:

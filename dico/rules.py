@@ -11,7 +11,7 @@ rule. The rules are specified in docs/decoding.md (Vanilla and Top-k §4, Fast-d
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -52,6 +52,21 @@ class Scores:
         inside = torch.zeros_like(self.masked)
         inside[self.window[0]:self.window[1]] = True
         return inside
+
+    def copy(self) -> Scores:
+        """These scores with tensors of their own (a trial ``choose`` may change them in place)."""
+        return replace(self, conf=self.conf.clone(), margin=self.margin.clone(), masked=self.masked.clone(),
+                       rank=None if self.rank is None else self.rank.clone(), fixed=self.fixed.clone(),
+                       signals={k: v.clone() for k, v in self.signals.items()},
+                       tokens=None if self.tokens is None else self.tokens.clone())
+
+    def leaning(self, committed: list[int], tol: float) -> Scores:
+        """These scores with every confidence and logit margin moved by ``tol``: up at ``committed``, down elsewhere,
+        so that values within ``tol`` of each other fall the way a recorded step decided them (a fork replaying a
+        trace decoded on another machine, docs/decoding.md §8)."""
+        toward = torch.full_like(self.conf, -tol)
+        toward[list(committed)] = tol
+        return replace(self.copy(), conf=(self.conf + toward).clamp(0.0, 1.0), margin=self.margin + toward)
 
 
 @dataclass

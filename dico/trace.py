@@ -84,6 +84,10 @@ CLASH_MARK = 1.0
 # nats: the floor's bound on a step's clash (``dico.observe.floor``), here for the same reason: the benchmark's tables
 # name it without torch. Fast-dLLM's and DiCo's steps on the lesson stay within 0.05 nats; Top-4's clash is 13.7.
 FLOOR_BOUND = 0.1
+# Confidences (or logit margins) this close are interchangeable across machines: another CPU's last bits move a
+# confidence by up to ~1.4e-5 on the embedded model (docs/decoding.md §2.2). A fork's replay lets them fall the
+# way the trace recorded (``dico.loop.Decoding._choose``); the tests compare decodes up to them (tests/near_ties.py).
+NEAR_TIE = 1e-4
 # A trace can hold at most this many steps per response position (a sampler may waste passes; a
 # file claiming more is not a decode).
 MAX_STEPS_PER_POSITION = 16

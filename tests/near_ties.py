@@ -13,7 +13,9 @@ of steps and the text.
 """
 from __future__ import annotations
 
-TOLERANCE = 1e-4        # confidences this close are interchangeable (~7x the largest shift 1e-6 noise makes)
+from dico.trace import NEAR_TIE
+
+TOLERANCE = NEAR_TIE    # confidences this close are interchangeable (~7x the largest shift 1e-6 noise makes)
 ROUNDING = 1e-5         # a trace rounds confidences to 5 digits: two of them move apart by at most this
 
 

@@ -159,6 +159,29 @@ def test_bad_forks_are_refused_naming_the_field(tiny, tmp_path_factory):
         fork(tiny, moved, 1)
 
 
+def test_a_trace_whose_near_ties_fell_otherwise_on_another_machine_forks_here_the_recorded_way():
+    """Another CPU's last bits may order near-tied positions otherwise (docs/decoding.md §2.2): its trace replays here
+    with each near-tie (within NEAR_TIE) falling the recorded way; positions further apart than that do not."""
+    from dico.trace import NEAR_TIE
+    from standins import RULE_PROMPT, scripted, settle
+
+    def machine(second, third):          # one step's confidences, then every position sure (lowest first);
+        return scripted([([0.5, second, third, 0.3], [20, 30, 30, 40])], 4, then=settle())    # one decode each
+
+    def decode(predictor):
+        return generate(predictor, RULE_PROMPT, "topk", gen_length=4, k=1)
+
+    there = decode(machine(0.9, 0.9 + NEAR_TIE / 2))
+    assert there.steps[0].committed == [2] and decode(machine(0.9, 0.9)).steps[0].committed == [1]   # exact tie: lower
+    for at in range(1, len(there.steps) + 1):              # a fork at 0 replays nothing: it decodes here
+        child = fork(machine(0.9, 0.9), there, at)
+        assert story(child) == story(there) and child.text == there.text
+    apart = machine(0.9 + 10 * NEAR_TIE, 0.9)
+    with pytest.raises(ValueError, match=r"^trace: step 0 does not replay on model 'scripted' \(it committed \[1\] "
+                                         r"where the trace says \[2\]\)"):
+        fork(apart, there, 1)
+
+
 def test_the_candidates_at_a_step_are_the_models_top_tokens_in_that_steps_pass(tiny):
     parent = run(tiny, "dico", {}, "semi-ar")
     step = parent.steps[2]

@@ -12,6 +12,7 @@ import pytest
 from dico.observe import CLASH_MARK, Replayed, annotate_clash, attention_locality, marked_steps, total_clash
 from dico.settings import MODES
 from dico.trace import read_traces
+from near_ties import first_difference, steps_of
 
 gr = pytest.importorskip("gradio")
 
@@ -77,7 +78,8 @@ def test_the_page_marks_the_clash_it_measures_and_the_comparison_holds_each_lane
     assert any("Measuring the clash of " in f.get("status", "") for f in frames[1:-1])
     result = frames[-1]
     topk, fast = result["traces"]
-    assert [(s.committed, s.tokens) for s in topk.steps] == [(s.committed, s.tokens) for s in lesson["topk"].steps]
+    assert first_difference(steps_of(lesson["topk"]), lesson["topk"].text, topk) is None     # as shipped, up to the
+    # order of near-tied positions (another CPU, docs/decoding.md §2.2)
     assert topk.nfe == 24 and topk.clash["passes"] == 96                  # a pass a token of a step, apart
     assert "clash above 1 nat at step 23 (+13.7 nats)" in result["answers"]
     table = result["table"]
