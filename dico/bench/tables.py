@@ -45,10 +45,16 @@ def _x(value, ratio) -> str:
     return "-" if value is None else f"{value:.1f} ({ratio:.1f}x)"
 
 
+def _of_each_row(rows: list[dict], by_index: dict[int, float]) -> dict[int, float]:
+    """Values the bench gives by row index (``floor_ratios``, ``aup_of_rows``), found by the row itself (its id: a
+    row is a dict, and a renderer walks rows, not indices)."""
+    return {id(rows[i]): value for i, value in by_index.items()}
+
+
 def markdown(rows, title: str) -> str:
     """Rows laid out like the paper's Table 1: a row per task, method and length, a column group per mode."""
     modes = sorted({r["mode"] for r in rows}, key=list(MODES).index)
-    ratios = {id(rows[i]): value for i, value in floor_ratios(rows).items()}
+    ratios = _of_each_row(rows, floor_ratios(rows))
     floor = " | {m} NFE / floor" if ratios else ""
     width = 6 if ratios else 5
     head = "| Task | Method | gen / block | " + " | ".join(
@@ -56,7 +62,7 @@ def markdown(rows, title: str) -> str:
         for m in modes) + " |"
     lines = [f"**{title}**", "", head, "|" + "---|" * (3 + width * len(modes))]
     index = {(r["task"], r["label"], r.get("gen_length"), r["mode"]): r for r in rows}
-    aups = {id(rows[i]): value for i, value in aup_of_rows(rows).items()}
+    aups = _of_each_row(rows, aup_of_rows(rows))
     for task in dict.fromkeys(r["task"] for r in rows):
         for label in dict.fromkeys(r["label"] for r in rows):
             for gen in dict.fromkeys(r.get("gen_length") for r in rows):
@@ -111,7 +117,7 @@ def _accuracy(row: dict) -> str:
 
 def frontier_markdown(rows, title: str) -> str:
     """The frontier as one table: a row per task, mode and point, each line's points in its knob's order."""
-    ratios = {id(rows[i]): value for i, value in floor_ratios(rows).items()}
+    ratios = _of_each_row(rows, floor_ratios(rows))
     floor = " NFE / floor |" if ratios else ""
     lines = [f"**{title}**", "", f"| Task | mode | line | setting | accuracy (95% CI) | NFE | answer NFE |{floor}",
              "|---|---|---|---|---|---|---|" + ("---|" if ratios else "")]
