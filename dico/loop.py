@@ -295,9 +295,7 @@ class Decoding:
         """The rule's commits (masked positions), re-masks (decoded after the commits, none fixed) and edits (decoded
         before the step, none fixed, each to another token). A step commits at least one position unless its window
         had no mask left or it takes tokens back (the progress invariant, docs/decoding.md §3.2)."""
-        commit = torch.tensor(sorted(set(choice.commit)), dtype=torch.long)
-        remask = torch.tensor(sorted(set(choice.remask)), dtype=torch.long)
-        edit = torch.tensor(sorted(set(choice.edit)), dtype=torch.long)
+        commit, remask, edit = (torch.tensor(p, dtype=torch.long) for p in _positions(choice))
         may_rest = not self.masked[self.window[0]:self.window[1]].any() or remask.numel() > 0
         if (commit.numel() == 0 and not may_rest) or not self.masked[commit].all():
             raise RuntimeError(f"rule {self.trace.method} chose no or already decoded positions: {choice.commit}")
