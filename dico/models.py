@@ -26,9 +26,19 @@ from dico.cache import cached_forward
 from dico.remote_cache import attach
 from dico.trace import END_TEXTS
 
-EMBEDDED = Path(__file__).resolve().parent.parent / "assets" / "dico-tiny"
+_ASSETS = Path(__file__).resolve().parent.parent / "assets"
 TOKEN_FREQUENCY = "token_frequency.json"   # beside the weights: their training text's token counts (PC-Sampler)
-EMBEDDED_NAME = "dico-tiny"
+EMBEDDED_NAME = "dico-tiny"                # the default model: the short families every table was measured on
+# The models the project trains and ships, by name: each loads offline from its folder under assets/.
+# dico-tiny-long is dico-tiny trained further on long worked answers (the chain family) with LLaDA 2.1's editing
+# objective: the regime where the paper measures DiCo (answers that fill gen 256).
+EMBEDDED_MODELS = {EMBEDDED_NAME: _ASSETS / "dico-tiny", "dico-tiny-long": _ASSETS / "dico-tiny-long"}
+EMBEDDED = EMBEDDED_MODELS[EMBEDDED_NAME]
+
+
+def embedded_folder(model: str | os.PathLike | None) -> Path | None:
+    """The folder of an embedded model named ``model`` (None or "" is the default one); None for anything else."""
+    return EMBEDDED if model in (None, "") else EMBEDDED_MODELS.get(str(model))
 # Remote-code models whose code this project allows without trust_remote_code=True (the id decides only that).
 KNOWN_REMOTE = frozenset({
     "GSAI-ML/LLaDA-8B-Instruct", "GSAI-ML/LLaDA-8B-Base", "GSAI-ML/LLaDA-1.5",
@@ -177,7 +187,7 @@ _PUNCTUATION = re.compile(r"[.,!?;:)\]}'%]+")
 def train_log(model: str | os.PathLike | None) -> dict:
     """A locally trained model's train_log.json ({} for a hub id or a folder without one): which step and which
     training wording the weights are, so tables and the card say what they measured."""
-    folder = EMBEDDED if model in (None, "", EMBEDDED_NAME) else Path(model)
+    folder = embedded_folder(model) or Path(model)
     try:
         return json.loads((folder / "train_log.json").read_text())
     except (OSError, ValueError):
@@ -288,7 +298,8 @@ def _vocab_size(model) -> int | None:
 def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_code: bool = False,
                device: str | None = None, dtype: str | None = None, attention: bool = True, chat: bool | None = None,
                attention_layers=None) -> MaskPredictor:
-    """Load a mask predictor by hub id or local folder; ``None`` or ``"dico-tiny"`` is the embedded model.
+    """Load a mask predictor by hub id or local folder; ``None`` or ``"dico-tiny"`` is the embedded model, and
+    ``"dico-tiny-long"`` the embedded long-answer model (``EMBEDDED_MODELS``).
 
     ``trust_remote_code`` runs the model's own Python code: allowed for the known LLaDA and Dream ids
     (KNOWN_REMOTE), otherwise only when the caller opts in. ``device`` / ``dtype``: CUDA with bfloat16 when
@@ -299,15 +310,18 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
     """
     from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-    name = str(name_or_path) if name_or_path not in (None, "", EMBEDDED_NAME) else str(EMBEDDED)
+    folder = embedded_folder(name_or_path)
+    name = str(folder) if folder else str(name_or_path)
     path = Path(name).expanduser()
     is_local = path.exists()
-    if name == str(EMBEDDED) and not (path / "config.json").exists():
-        raise ModelError(f"model: the embedded model is missing at {EMBEDDED}; train it with "
-                         "`python -m dico.embedded.train --out assets/dico-tiny` (see assets/dico-tiny/README.md)")
+    label = next((k for k, v in EMBEDDED_MODELS.items() if str(v) == name), name)
+    if folder and not (path / "config.json").exists():
+        raise ModelError(f"model: the embedded model {label} is missing at {folder}; see "
+                         f"assets/{folder.name}/README.md for how it is trained")
     if not is_local and (name.startswith((".", "/", "~")) or name.count("/") != 1):
-        raise ModelError(f"model: {name!r} is neither an existing folder nor a hub id like 'owner/name'")
-    label = EMBEDDED_NAME if name == str(EMBEDDED) else name
+        known = ", ".join(EMBEDDED_MODELS)
+        raise ModelError(f"model: {name!r} is neither an embedded model ({known}), an existing folder nor a hub id "
+                         "like 'owner/name'")
     dev, dt = default_device_dtype(device, dtype)
     config = _local_config(path) if is_local else _hub_config(name)
     kind = _kind_of(config)

@@ -9,11 +9,13 @@ decoded in batches (``dico.batch``), which commit exactly what decoding each ite
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 from dico.bench import options
 from dico.bench.core import (
     BATCH_SIZE,
+    CHUNK_ITEMS,
     FLOOR,
     FLOOR_ROW,
     LENGTHS,
@@ -21,6 +23,8 @@ from dico.bench.core import (
     REFERENCE,
     TABLE,
     Cell,
+    add_counts,
+    cell_counts,
     cell_row,
     decode_cell,
     without_outcomes,
@@ -36,8 +40,13 @@ TITLE = "Table 1 (small scale)"
 
 
 def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batch_size: int = BATCH_SIZE,
-        progress: bool = True) -> list[dict]:
-    """Decode every item with every config (Vanilla first, as the reference) and return one row per cell."""
+        progress: bool = True, store: Parts | None = None) -> list[dict]:
+    """Decode every item with every config (Vanilla first, as the reference) and return one row per cell.
+
+    With ``store`` (``--parts``) the items are decoded ``CHUNK_ITEMS`` at a time, each config's chunk saved as it
+    finishes and skipped when saved before: a rerun goes on where a stopped one ended, and a run with more items
+    reuses the first ones (a split's first items are the same at every size). Without it every cell is one batched
+    run, so its tokens/s is measured side by side with Vanilla's."""
     from tqdm import tqdm
 
     # Vanilla one token a step is every part's reference, decoded once; other Vanilla rows (LLaDA's steps) and
@@ -51,11 +60,31 @@ def run(predictor, configs, families, modes, n_items: int, lengths=LENGTHS, batc
              for family in families for gen, block in lengths for mode in modes for label, method, settings in configs
              if decodes_in(method, mode)]
     bar = tqdm(total=len(cells) * n_items, desc="bench", unit="decode", disable=not progress, dynamic_ncols=True)
-    for cell in cells:
-        decode_cell(predictor, cell, items[cell.task], batch_size, bar)
+    step = CHUNK_ITEMS if store else n_items
+    for start in range(0, n_items, step):
+        for cell in cells:
+            add_counts(cell, _chunk(predictor, cell, items[cell.task], (start, min(start + step, n_items)),
+                                    batch_size, bar, store))
     bar.close()
     ref = {(c.task, c.gen_length, c.mode): c for c in cells if c.label == REFERENCE[0]}
     return [cell_row(c, ref[(c.task, c.gen_length, c.mode)], batch_size) for c in cells]
+
+
+def _chunk(predictor, cell: Cell, items, span: tuple[int, int], batch_size: int, bar, store: Parts | None) -> dict:
+    """The counts of ``cell``'s config on ``items[start:stop]``: from ``store`` when saved there, else decoded (and
+    saved)."""
+    part = {"cell": [cell.label, cell.method, cell.settings, cell.mode, cell.task, cell.gen_length,
+                     cell.block_length], "items": list(span)}
+    saved = store.get(part) if store else None
+    if saved is not None:
+        bar.update(span[1] - span[0])
+        return saved
+    piece = replace(cell)
+    decode_cell(predictor, piece, items[span[0]:span[1]], batch_size, bar)
+    counts = cell_counts(piece)
+    if store:
+        store.put(part, counts, piece.wall)
+    return counts
 
 
 @dataclass(frozen=True)
@@ -92,13 +121,12 @@ def measure_table(plan: TablePlan, session: Session) -> Report:
     where, title = session.where(plan.jobs), plan.title
     print(f"{title}: model {session.model_name()}, gen/block {', '.join(f'{g}/{b}' for g, b in plan.lengths)}, "
           f"{plan.n_items} held-out items per task, batch size {plan.batch_size}, on {where}", flush=True)
-    parts = None
-    if plan.parts:
-        parts = Parts(plan.parts, {"bench": title.split(":")[0], "weights": weights_id(session.args.model),
-                                   **decoded_on(session.model), "items": plan.n_items, "batch_size": plan.batch_size,
-                                   "configs": [list(c) for c in plan.configs]})
-    rows, how = run_parts(run, session.model, plan.configs, plan.families, plan.modes, plan.n_items, plan.lengths,
-                          plan.batch_size, plan.jobs, parts, session.predictor, progress=session.progress)
+    # the saved chunks' key: what every chunk's counts depend on beyond its own config and items
+    store = Parts(plan.parts, {"bench": "table cells", "weights": weights_id(session.args.model),
+                               **decoded_on(session.model), "batch_size": plan.batch_size}) if plan.parts else None
+    rows, how = run_parts(partial(run, store=store), session.model, plan.configs, plan.families, plan.modes,
+                          plan.n_items, plan.lengths, plan.batch_size, plan.jobs, None, session.predictor,
+                          progress=session.progress)
     if plan.keep is not None:
         rows = [r for r in rows if r["label"] in plan.keep]
     return Report(markdown(rows, title), {

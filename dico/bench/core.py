@@ -150,6 +150,25 @@ def decode_cell(predictor, cell: Cell, items, batch_size: int, bar) -> None:
     cell.forwards = sum(trace.token_forwards for trace in traces)
 
 
+# With ``--parts``, a cell is decoded and saved this many items at a time, every config's chunk before the next chunk:
+# a gen-256 cell of 100 items is an hour of one CPU core, and a run stopped at any point keeps whole chunks, the
+# same items for every config.
+CHUNK_ITEMS = 25
+_COUNTS = ("correct", "n", "nfe", "answer_nfe", "forwards", "passes", "wall")
+
+
+def cell_counts(cell: Cell) -> dict:
+    """What a decoded cell (or a chunk of one) counted, as saved in a part."""
+    return {**{name: getattr(cell, name) for name in _COUNTS}, "outcomes": [list(o) for o in cell.outcomes]}
+
+
+def add_counts(cell: Cell, counts: dict) -> None:
+    """Add a chunk's counts (``cell_counts``) to ``cell``: the chunks of one cell sum to the whole cell."""
+    for name in _COUNTS:
+        setattr(cell, name, getattr(cell, name) + counts[name])
+    cell.outcomes = cell.outcomes + [tuple(o) for o in counts["outcomes"]]
+
+
 def floors(predictor, cell: Cell, items, tick) -> list:
     """The floor of each item (``dico.observe.floor``, one item at a time: its conditionals are sequential), with
     the fields of a trace a cell counts."""

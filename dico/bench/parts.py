@@ -24,9 +24,9 @@ from dico.bench.hardware import load_bench_model
 def weights_id(model: str | None) -> str:
     """What identifies a model's weights: a hash of a local folder's weight files (the embedded model is retrained
     under one name), or the hub id itself."""
-    from dico.models import EMBEDDED, EMBEDDED_NAME
+    from dico.models import embedded_folder
 
-    folder = EMBEDDED if model in (None, "", EMBEDDED_NAME) else Path(model)
+    folder = embedded_folder(model) or Path(model)
     files = sorted(p for p in folder.glob("*") if p.suffix in (".safetensors", ".bin")) if folder.is_dir() else []
     if not files:
         return str(model)

@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prefix-share", type=float, default=0.0,
                         help="share of examples that mask everything after a random point of the response: the "
                              "state semi-AR decoding reaches, which random masking rarely shows (0: none, as the "
-                             "chain-1 stage was trained; see assets/stages/chain-1)")
+                             "chain-1 stage was trained; see assets/dico-tiny-long)")
     parser.add_argument("--occurrence-share", type=float, default=0.5,
                         help="share of examples that also mask one number or name/object mention of the answer "
                              "and all its later mentions (teaches computing and copying from the prompt; 0: "
