@@ -112,6 +112,8 @@ class Prophet(Rule):
     before a third, ``mid`` before two thirds, ``late`` after), every mask of the response takes this pass's
     prediction and the run ends."""
     settings: ProphetSettings = field(default_factory=ProphetSettings)
+    cannot = {"cache": "its early exit commits every mask of the response, and a cached pass leaves the positions "
+                       "it does not compute with stale logits"}
 
     def __post_init__(self):
         self.schedule = Schedule(self.settings.steps)

@@ -220,6 +220,16 @@ def test_prophet_watches_only_the_answer_positions_it_is_told():
     assert len(prophet.choose(s).commit) == 10
 
 
+@pytest.mark.parametrize("mode, cache", [("semi-ar", "dual"), ("semi-ar", "prefix"), ("non-ar", "delayed")])
+def test_prophet_is_refused_a_kv_cache_before_any_pass(predictor, monkeypatch, mode, cache):
+    """Its early exit commits every mask of the response, and a cached pass leaves the positions it does not compute
+    (after the block with the dual cache) holding the logits of an older pass: refused, one line naming ``cache``."""
+    monkeypatch.setattr(predictor, "forward", lambda *a, **k: pytest.fail("a refused run made a forward pass"))
+    with pytest.raises(ValueError, match=r"^cache: Prophet cannot run with it \(its early exit commits every mask"):
+        generate(predictor, TEAM, "prophet", mode=mode, gen_length=16, block_length=8, cache=cache)
+    assert dico.methods.admit("prophet", mode, {"cache": "none"}).settings.cache == "none"
+
+
 # ------------------------------------------------------------------------------------------ ReMDM
 
 def test_remdm_commits_then_loops_taking_back_and_committing_then_finishes(predictor):
