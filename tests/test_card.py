@@ -168,3 +168,19 @@ def test_the_editing_probe_finds_an_oracle_repairing_every_replaced_token_and_ke
 
     copier = card.editing(predictor_for(Copier(), tokenizer), [item], gen_length=gen)
     assert (copier["repaired"], copier["kept"]) == (0.0, 1.0)
+
+
+def test_every_decode_the_card_plans_is_one_its_method_runs(predictor):
+    """``python -m dico.embedded.card`` decodes the issue prompts with every method in every mode it decodes in:
+    each planned run starts (settings, lengths, mode and model checked, its first window open) without a refusal, and
+    only a method that decodes in one mode (ReMDM: non-AR) misses the other."""
+    from dico.loop import Decoding
+    from dico.settings import METHODS, MODES, decodes_in
+
+    runs = card.issue_runs()
+    assert {(mode, method) for _, mode, method in runs} == {
+        (mode, method) for mode in MODES for method in METHODS if decodes_in(method, mode)}
+    assert ("semi-ar", "remdm") not in {(mode, method) for _, mode, method in runs}
+    for item, mode, method in runs:
+        run = Decoding(predictor, item.prompt, method, mode=mode, gen_length=card.GEN_LENGTH, block_length=32)
+        assert run.window is not None and not run.done

@@ -199,7 +199,8 @@ def first_step_profile(predictor, items, gen_length=GEN_LENGTH) -> dict:
             for name, v in regions.items() if v}
 
 
-# The three prompts of issue 16, as a new user typed them: each must decode right with every method in both modes.
+# The three prompts of issue 16, as a new user typed them: each must decode right with every method in every mode
+# it decodes in (``issue_runs``).
 ISSUE_PROMPTS = [
     tasks.Item("word", "Tom has 5 apples. He buys 3 more. How many apples does Tom have now?", "", "8",
                ("Tom", "apples")),
@@ -209,25 +210,31 @@ ISSUE_PROMPTS = [
 ]
 
 
+def issue_runs(methods=None) -> list[tuple[tasks.Item, str, str]]:
+    """The decodes ``issue_prompts`` makes: each issue prompt with every method (default: ``dico.settings.METHODS``)
+    in every mode that method decodes in (``decodes_in``: ReMDM, non-AR only, has no semi-AR run)."""
+    from dico.settings import METHODS, MODES, decodes_in
+
+    return [(item, mode, method) for item in ISSUE_PROMPTS for mode in MODES for method in methods or METHODS
+            if decodes_in(method, mode)]
+
+
 def issue_prompts(predictor, gen_length=GEN_LENGTH, block_length=32) -> list[dict]:
-    """Decode the issue's prompts with every method, non-AR and semi-AR: right answer, and the name and object
-    copied (every word-problem entity appears in the text and no other list name or object does)."""
+    """Decode the issue's prompts (``issue_runs``): right answer, and the name and object copied (every word-problem
+    entity appears in the text and no other list name or object does)."""
     from dico.loop import generate
-    from dico.settings import METHODS
 
     others = [w for w in tasks.NAMES + tasks.OBJECTS + tasks.HELD_OUT_NAMES + tasks.HELD_OUT_OBJECTS]
     rows = []
-    for item in ISSUE_PROMPTS:
-        for mode in ("non-ar", "semi-ar"):
-            for method in METHODS:
-                trace = generate(predictor, item.prompt, method, mode=mode, gen_length=gen_length,
-                                 block_length=block_length if mode == "semi-ar" else None)
-                words = set(re.findall(r"[A-Za-z]+(?: cars)?", trace.text))
-                copied = all(e in trace.text for e in item.entities) and not any(
-                    w in words for w in others if w not in item.entities and w not in item.prompt)
-                rows.append({"prompt": item.prompt[:30], "mode": mode, "method": method,
-                             "right": tasks.check(item, trace.text), "copied": copied, "nfe": trace.nfe,
-                             "text": trace.text})
+    for item, mode, method in issue_runs():
+        trace = generate(predictor, item.prompt, method, mode=mode, gen_length=gen_length,
+                         block_length=block_length if mode == "semi-ar" else None)
+        words = set(re.findall(r"[A-Za-z]+(?: cars)?", trace.text))
+        copied = all(e in trace.text for e in item.entities) and not any(
+            w in words for w in others if w not in item.entities and w not in item.prompt)
+        rows.append({"prompt": item.prompt[:30], "mode": mode, "method": method,
+                     "right": tasks.check(item, trace.text), "copied": copied, "nfe": trace.nfe,
+                     "text": trace.text})
     return rows
 
 
