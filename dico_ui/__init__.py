@@ -6,8 +6,12 @@
 ``dico`` decodes and records traces, ``visuals`` draws them; this package wires them to a page and
 imports gradio (``dico`` never does).
 """
-from dico_ui.models import get_predictor, warm_up  # noqa: F401, I001  (first: `spaces` before torch on ZeroGPU)
-from dico_ui.layout import build_demo
-from dico_ui.serve import LAUNCH, QUEUE
+from dico_ui.limits import bound_allocator
+
+bound_allocator()       # before torch and gradio start their threads (dico_ui.limits says why)
+
+from dico_ui.models import get_predictor, warm_up  # noqa: E402, F401, I001  (first: `spaces` before torch on ZeroGPU)
+from dico_ui.layout import build_demo  # noqa: E402
+from dico_ui.serve import LAUNCH, QUEUE  # noqa: E402
 
 __all__ = ["LAUNCH", "QUEUE", "build_demo", "get_predictor", "warm_up"]

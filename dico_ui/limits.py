@@ -5,6 +5,7 @@ much work a run may do, how many runs wait, and what lies on disk are all bounde
 """
 from __future__ import annotations
 
+import ctypes
 import os
 from dataclasses import dataclass, fields
 
@@ -26,6 +27,9 @@ class Limits:
     flags: int = 1024               # entries of each small per-session table (Run clicks, Stops, closed pages)
     flag_ttl_s: float = 3600.0      # how long an entry of those tables is kept
     run_times: int = 32             # recent run durations kept to estimate the wait
+    # glibc's malloc arenas (0: glibc's own, 8 a core); each thread that allocates may get an arena of its own, which
+    # keeps the freed memory it once peaked at (env DICO_MALLOC_ARENAS: a soak compares)
+    malloc_arenas: int = int(os.environ.get("DICO_MALLOC_ARENAS", "2"))
     # --- disk
     downloads: int = 200            # trace files kept for download; older ones go first
     download_ttl_s: float = 1800.0  # a trace file is removed this long after it was written
@@ -39,3 +43,21 @@ class Limits:
 
 
 LIMITS = Limits()
+M_ARENA_MAX = -8                    # glibc's malloc.h
+
+
+def bound_allocator(arenas: int = LIMITS.malloc_arenas) -> bool:
+    """Cap glibc's malloc arenas from inside the process, as ``MALLOC_ARENA_MAX`` would from outside (a Space cannot
+    set its server's environment). glibc fixes its arena count when a thread first wants a new arena past its
+    eighth, so this is called at import, before the server's threads start; True when set, False where the C
+    library is not glibc (nothing to do) or ``arenas`` is 0."""
+    if arenas <= 0 or not _glibc():
+        return False
+    return ctypes.CDLL(None).mallopt(M_ARENA_MAX, arenas) == 1
+
+
+def _glibc() -> bool:
+    try:
+        return bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (AttributeError, ValueError, OSError):       # no confstr (Windows), or a C library that is not glibc
+        return False

@@ -149,6 +149,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--every", type=int, default=50, help="sessions between memory readings (50)")
     parser.add_argument("--session-cap", type=int, default=None, help="the server's session cap (default: "
                         "LIMITS.sessions; a smaller one reaches past it sooner, env DICO_SESSION_CAP)")
+    parser.add_argument("--clients", type=int, default=1, help="sessions running at once (default 1)")
+    parser.add_argument("--arenas", type=int, default=None, help="the server's glibc malloc arenas (default: "
+                        "LIMITS.malloc_arenas; 0 glibc's own, env DICO_MALLOC_ARENAS)")
     parser.add_argument("--gen", type=int, default=96, help="gen_length of the sessions' runs (default 96)")
     parser.add_argument("--concurrent", type=int, default=None, help="clients at once, all must be right "
                         "(default: the app's line, LIMITS.queue; 0 skips)")
@@ -159,17 +162,26 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def sessions(soak: Soak, args, pid: int, missed: list) -> None:
-    """``args.sessions`` runs, each from a new session; resident memory every ``args.every`` after the warm-up."""
-    outcomes, memory = [], []
-    for i in range(args.sessions):
-        outcomes.append(soak.one_session(PROMPTS[i % len(PROMPTS)]))
-        if i + 1 == args.warmup or (i + 1) % args.every == 0 or i + 1 == args.sessions:
-            memory.append((i + 1, rss_mb(pid)))
-            print(f"  {i + 1} sessions: {memory[-1][1]:.0f} MB, {tally(outcomes)}", flush=True)
+    """``args.sessions`` runs, each from a new session, ``args.clients`` of them at a time; resident memory every
+    ``args.every`` sessions after the warm-up (with the machine's load, which slows runs but moves no memory)."""
+    outcomes, memory, lock = [], [], threading.Lock()
+
+    def one(i):
+        outcome = soak.one_session(PROMPTS[i % len(PROMPTS)])
+        with lock:
+            outcomes.append(outcome)
+            n = len(outcomes)
+            if n == args.warmup or n % args.every == 0 or n == args.sessions:
+                memory.append((n, rss_mb(pid)))
+                print(f"  {n} sessions: {memory[-1][1]:.0f} MB, {tally(outcomes)}, load {os.getloadavg()[0]:.1f}",
+                      flush=True)
+    with ThreadPoolExecutor(args.clients) as pool:
+        list(pool.map(one, range(args.sessions)))
+    memory.sort()
     after = [(n, mb) for n, mb in memory if n >= args.warmup]
     counts = tally(outcomes)
-    print(f"sessions: {args.sessions} runs from new sessions (gen {args.gen}, attention on): {counts}; "
-          f"latency {percentiles([s for k, s, _ in outcomes if k == 'right'])}")
+    print(f"sessions: {args.sessions} runs from new sessions, {args.clients} at a time (gen {args.gen}, attention "
+          f"on): {counts}; latency {percentiles([s for k, s, _ in outcomes if k == 'right'])}")
     if len(after) > 1:
         growth = after[-1][1] - after[0][1]
         slope = growth / (after[-1][0] - after[0][0]) * 100
@@ -230,6 +242,8 @@ def main(argv=None) -> int:
     concurrent = LIMITS.queue if args.concurrent is None else args.concurrent
     if args.session_cap is not None:
         os.environ["DICO_SESSION_CAP"] = str(args.session_cap)
+    if args.arenas is not None:
+        os.environ["DICO_MALLOC_ARENAS"] = str(args.arenas)
     server, url = start_server(args.log)
     missed: list[str] = []
     try:
