@@ -36,6 +36,7 @@ class JointThreshold(Rule):
     ``max_post_edit_steps`` more passes may still edit it; the pass after them, or a pass that would write nothing,
     ends the window without a write (SGLang spends that pass too, so it is a step of the trace)."""
     settings: LLaDA21Settings = field(default_factory=LLaDA21Settings)
+    leans = {"commit": {"conf": 1}, "edit": {"conf": 1}}
 
     def start(self, window) -> None:
         self.post_edit, self.finished = 0, False
@@ -66,6 +67,7 @@ class TokenToMask(Rule):
     passes (LLaDA 2.1's post-edit budget, here spent wherever it edits), so a window always ends; a full window gets
     one more pass only while that budget lasts, and a pass that finds nothing to take back there ends it."""
     settings: T2MSettings = field(default_factory=T2MSettings)
+    leans = {"commit": {"conf": 1}, "remask": {"conf": 1}}   # takes back a confident disagreement
 
     def start(self, window) -> None:
         self.budget, self.finished = self.settings.max_post_edit_steps, False

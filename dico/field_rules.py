@@ -40,6 +40,7 @@ class EntropyBounded(Rule):
     the longest prefix whose entropies summed, less the largest of them, stay within gamma. The first position always
     fits (its sum less its max is 0), so every step commits at least one. No state across steps."""
     settings: EBSettings = field(default_factory=EBSettings)
+    leans = {"commit": {"conf": 1, "entropy": -1}}
     signals = ("entropy",)
 
     def choose(self, s: Scores) -> Choice:
@@ -63,6 +64,7 @@ class KLAdaptive(Rule):
     share of the window's masks a pass, the most confident first). The KL history runs across windows, as the
     authors' code keeps it (``reset_each_block``: the DiCo release's port)."""
     settings: KLASSSettings = field(default_factory=KLASSSettings)
+    leans = {"commit": {"conf": 1, "kl": -1}}
     signals = ("kl",)
     precision = torch.float64           # its code scores in float64 (docs/decoding.md §7.2)
 
@@ -115,6 +117,7 @@ class WideInNarrowOut(Rule):
     cannot see it; ``signals["verify"]``) gives it a probability below ``keep``; when that is at least as many as the
     previous pass committed, only that many less one, the least confirmed."""
     settings: WINOSettings = field(default_factory=WINOSettings)
+    leans = {"commit": {"conf": 1}, "remask": {"verify": -1}}
     signals = ("verify",)
     precision = torch.float64           # its code scores in float64 (docs/decoding.md §7.3)
     # its pass appends a mirrored copy of the window to the sequence (``dico.verify``)
@@ -175,6 +178,7 @@ class Saber(Rule):
     probability of the current argmax at every position, decoded or not. Among exactly equal values both choices
     are its published code's ``torch.topk`` (``_saber_topk``), over the prompt too (``Scores.prompt_length``)."""
     settings: SaberSettings = field(default_factory=SaberSettings)
+    leans = {"commit": {"conf": 1}, "remask": {"conf": -1}}   # takes back where confidence fell most
     def __post_init__(self):
         self.committed_conf: torch.Tensor | None = None   # (n,) confidence at each position's last commit; -inf: never
         self.previous: torch.Tensor | None = None         # (n,) last pass's confidence (-inf past its window's end)

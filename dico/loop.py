@@ -281,15 +281,18 @@ class Decoding:
 
     def _choose(self, scores: Scores, recorded: Step | None) -> Choice:
         """The rule's choice. Replaying a recorded step whose positions this machine would choose otherwise, the
-        rule chooses again from scores leaning the recorded way by ``NEAR_TIE``: another CPU's last bits may order
-        near-tied positions otherwise (docs/decoding.md §2.2), and a trace decoded there still forks here. Only
-        then: a replay on the machine that decoded the trace gives its rule exactly the scores it had."""
+        rule chooses again from scores leaning the recorded way (``Scores.leaning``: values within ``NEAR_TIE`` of
+        each other, every score the rule decides by, ``Rule.leans``): another CPU's last bits may order near-tied
+        positions otherwise (docs/decoding.md §2.2), and a trace decoded there still forks here. Only then: a replay
+        on the machine that decoded the trace gives its rule exactly the scores it had."""
         if recorded is None:
             return self.rule.choose(scores)
         trial = copy.deepcopy(self.rule, {id(self.predictor): self.predictor}).choose(scores.copy())
         if _positions(trial) == (recorded.committed, recorded.remasked, [p for p, _, _ in recorded.edited]):
             return self.rule.choose(scores)
-        return self.rule.choose(scores.leaning(recorded.committed, NEAR_TIE))
+        chosen = {"commit": recorded.committed, "remask": recorded.remasked,
+                  "edit": [p for p, _, _ in recorded.edited]}
+        return self.rule.choose(scores.leaning(chosen, self.rule.leans, NEAR_TIE))
 
     def _checked(self, choice: Choice, pred: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The rule's commits (masked positions), re-masks (decoded after the commits, none fixed) and edits (decoded

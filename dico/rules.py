@@ -60,13 +60,41 @@ class Scores:
                        signals={k: v.clone() for k, v in self.signals.items()},
                        tokens=None if self.tokens is None else self.tokens.clone())
 
-    def leaning(self, committed: list[int], tol: float) -> Scores:
-        """These scores with every confidence and logit margin moved by ``tol``: up at ``committed``, down elsewhere,
-        so that values within ``tol`` of each other fall the way a recorded step decided them (a fork replaying a
-        trace decoded on another machine, docs/decoding.md §8)."""
-        toward = torch.full_like(self.conf, -tol)
-        toward[list(committed)] = tol
-        return replace(self.copy(), conf=(self.conf + toward).clamp(0.0, 1.0), margin=self.margin + toward)
+    def leaning(self, chosen: dict[str, list[int]], leans: dict[str, dict[str, int]], tol: float) -> Scores:
+        """These scores leaning the way a recorded step chose (a fork replaying a trace decoded on another machine,
+        docs/decoding.md §8). For each kind of choice (``commit``, ``remask``, ``edit``) and each score that decides
+        it (``Rule.leans``: +1 where a higher value chooses a position, -1 a lower), the value moves by ``tol / 2``
+        toward choosing the positions ``chosen`` recorded and away from choosing the kind's other candidates (masked
+        positions for a commit; decoded ones, and this step's commits, for a take-back; decoded ones for an edit). So
+        values less than ``tol`` apart fall as recorded, a value within ``tol / 2`` of a rule's threshold falls on the
+        recorded side, and nothing further apart changes its order. A position two kinds pull both ways (a commit
+        taken back in the same step) does not move."""
+        pull: dict[str, torch.Tensor] = {}
+        for kind, decides in leans.items():
+            toward = torch.zeros(self.masked.shape, dtype=torch.float64)
+            domain = self.masked.clone() if kind == "commit" else ~self.masked
+            if kind == "remask":
+                domain[list(chosen.get("commit", []))] = True
+            toward[domain] = -1.0
+            toward[list(chosen.get(kind, []))] = 1.0
+            for name, sign in decides.items():
+                pull[name] = pull.get(name, 0) + sign * toward
+        leaned = self.copy()
+        for name, way in pull.items():
+            values = getattr(leaned, name) if name in LEANABLE else leaned.signals.get(name)
+            if values is None:
+                continue
+            values = values + (tol / 2) * way.sign().to(values.dtype)
+            if name == "conf":
+                values = values.clamp(0.0, 1.0)
+            if name in LEANABLE:
+                setattr(leaned, name, values)
+            else:
+                leaned.signals[name] = values
+        return leaned
+
+
+LEANABLE = ("conf", "margin", "rank")      # the scores a lean may move besides the signals (``Scores.leaning``)
 
 
 @dataclass
@@ -97,6 +125,10 @@ class Rule:
     # What the rule cannot run with: {field: why}. ``dico.methods.admit`` refuses a run asking for one (a setting
     # not at its default, or an option of the run: ``capture_attention``) before anything runs.
     cannot: dict[str, str] = {}
+    # What decides each kind of choice, for a replay leaning near-ties the recorded way (``Scores.leaning``): choice
+    # kind -> {score: +1 where a higher value chooses a position, -1 a lower}. Most rules commit by confidence (Dream's
+    # ranking where asked for; DiCo's Finalize and Prophet's exit by the logit margin).
+    leans: dict[str, dict[str, int]] = {"commit": {"conf": 1, "margin": 1, "rank": 1}}
 
     @property
     def verifies(self) -> bool:

@@ -153,6 +153,7 @@ class ReMDM(Rule):
     what its code's ``torch.topk`` takes over the whole sequence (``_saber_topk``)."""
     settings: ReMDMSettings = field(default_factory=ReMDMSettings)
     signals = ("token_prob",)
+    leans = {"commit": {"conf": 1}, "remask": {"token_prob": -1}}
 
     def __post_init__(self):
         self.initial, self.loops, self.take_back, self.remasked = 0, self.settings.loop_steps, True, 0

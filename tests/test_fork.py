@@ -176,10 +176,33 @@ def test_a_trace_whose_near_ties_fell_otherwise_on_another_machine_forks_here_th
     for at in range(1, len(there.steps) + 1):              # a fork at 0 replays nothing: it decodes here
         child = fork(machine(0.9, 0.9), there, at)
         assert story(child) == story(there) and child.text == there.text
-    apart = machine(0.9 + 10 * NEAR_TIE, 0.9)
+    apart = machine(0.9 + 1.5 * NEAR_TIE, 0.9)              # each value leans by NEAR_TIE / 2: too far apart
     with pytest.raises(ValueError, match=r"^trace: step 0 does not replay on model 'scripted' \(it committed \[1\] "
                                          r"where the trace says \[2\]\)"):
         fork(apart, there, 1)
+
+
+def test_a_take_back_near_tied_on_another_machine_replays_the_recorded_way():
+    """The lean covers what each rule decides by (``Rule.leans``), not only confidence: ReMDM takes back the written
+    token the model now finds least likely (its ``token_prob``), and two of them less than NEAR_TIE apart fall as the
+    trace recorded. Further apart than that, the replay is refused: the lean moves each value by NEAR_TIE / 2."""
+    from dico.trace import NEAR_TIE
+    from standins import RULE_PROMPT, scripted, settle
+
+    def machine(first, second):     # commit 0 then 1; then the written tokens' probabilities, one of them taken back
+        sure = ([0.9, 0.8, 0.3, 0.3], [20, 30, 40, 50])
+        return scripted([sure, sure, ([first, second, 0.3, 0.3], [20, 30, 40, 50])], 4, then=settle())
+
+    def decode(predictor):
+        return generate(predictor, RULE_PROMPT, "remdm", gen_length=4, init_unmask_ratio=0.5, loop_steps=1)
+
+    there = decode(machine(0.9, 0.9 - NEAR_TIE / 2))
+    assert there.steps[2].remasked == [1] and decode(machine(0.9 - NEAR_TIE / 4, 0.9)).steps[2].remasked == [0]
+    for at in range(3, len(there.steps) + 1):             # a fork at 3 or later replays the take-back at step 2
+        child = fork(machine(0.9 - NEAR_TIE / 4, 0.9), there, at)
+        assert story(child) == story(there) and child.text == there.text
+    with pytest.raises(ValueError, match=r"^trace: step 2 does not replay on model 'scripted'"):
+        fork(machine(0.9 - 1.5 * NEAR_TIE, 0.9), there, 3)
 
 
 def test_the_candidates_at_a_step_are_the_models_top_tokens_in_that_steps_pass(tiny):
