@@ -3,13 +3,14 @@
 Every handler returns (or streams) its outputs keyed by name: ``{"status": ..., "answers": ...}``; a name left out
 is left as it is on the page (``dico_ui.outputs`` names them, ``dico_ui.wiring`` maps names to components). A run
 checks its request first (a bad value is said in the status and one toast, and the page keeps what it shows), then
-clears the previous results, streams the race and finally draws every figure from the traces: the path a fork
-takes too (``dico_ui.stream``); a ``RunJob`` is what a run does its own way.
+clears the previous results with its first frame, streams the race and finally draws every figure from the traces:
+the path a fork and a measurement take too (``dico_ui.stream``); a ``RunJob`` is what a run does its own way.
 """
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
@@ -24,7 +25,7 @@ from dico_ui.outputs import RESULTS, banner, cleared, figure, friendly, results 
 from dico_ui.race import Frame, race, replay
 from dico_ui.request import CONTROLS, RunRequest, api_request, check, page_request
 from dico_ui.runs import clicked, closed, stop  # noqa: F401  (wired in dico_ui.wiring)
-from dico_ui.stream import End, Job, admitted, failure, wait_turn
+from dico_ui.stream import End, Job, Timed, admitted, failure
 from dico_ui.text import clean
 
 log = logging.getLogger("dico_ui")
@@ -44,7 +45,7 @@ def decode_race(req):
 
 
 class RunJob(Job):
-    """A race of lanes (``dico_ui.stream`` streams it): the page cleared when it starts, the lanes live with the
+    """A race of lanes (``dico_ui.stream`` streams it): the page cleared by its first frame, the lanes live with the
     prompt's note, then every figure drawn from the traces."""
 
     def __init__(self, req: RunRequest):
@@ -54,7 +55,10 @@ class RunJob(Job):
 
     def start(self) -> dict:
         self.cold = "" if is_warm(self.req.model) else " (first run on this model: its timing includes warming up)"
-        return cleared("Starting…" + "".join(f"  \n⚠ {clean(w)}" for w in self.warnings))
+        return {"status": "Starting…" + "".join(f"  \n⚠ {clean(w)}" for w in self.warnings)}
+
+    def first(self, frame: Frame) -> dict:
+        return {**cleared(""), **self.live(frame)}           # the last run's figures go once this one decodes
 
     def frames(self):
         return decode_race(self.req)
@@ -228,92 +232,123 @@ def choose_run(run_index, traces) -> dict:
     return {"step": gr.update(maximum=max(last, 1), value=0, interactive=bool(last)), **_step(trace, 0)}
 
 
+class Measurement(Job):
+    """A measurement on request (the dependency map, the locality layer by layer): one model call of many passes,
+    that waits for a decoder in the line of runs as a run does and ends as a run does (Stop while it waits, a
+    fault, the time limit between two of its passes); its words go under its figure (``key``, after ``above``: the
+    status keeps the run's own). It never changes the run."""
+    key, above, name = "", "", ""
+
+    def waiting(self, said: str) -> dict:
+        return {self.key: self.above + said}
+
+    def frames(self):
+        yield Measured(self.measure(time.monotonic() + runs.LIMITS.run_seconds))
+
+    def measure(self, deadline: float):
+        """The model call (``stream.Timed`` past ``deadline``)."""
+        raise NotImplementedError
+
+    def ended(self, frame, end: End, noun: str) -> dict:
+        if frame is not None:
+            return self.drawn(frame, end)
+        why = (f"failed: {failure(end.failed)}" if end.failed else f"stopped at the time limit "
+               f"({runs.LIMITS.run_seconds:.0f} s a run on this shared server)" if end.why == "time" else "stopped")
+        return {self.key: self.above + f"{self.name} {why}; nothing was drawn."}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A measurement's one frame: what it measured."""
+    result: object
+    finished: bool = True
+
+
 @gpu
-def measure_dependency(trace, at: int):
+def measure_dependency(trace, at: int, deadline: float):
     """The dependency map's model call (on ZeroGPU in a worker process: a trace pickles, and what comes back)."""
-    return dependency(get_predictor(trace.model), trace, at)
+    return dependency(Timed(get_predictor(trace.model), deadline), trace, at)
+
+
+class DependencyMap(Measurement):
+    """The step view's dependency map before step ``k`` (``dico.observe.dependency``): one forward pass per masked
+    position, refused above ``LIMITS.dependency_masked`` of them."""
+    key, name = "dependency_note", "The dependency map"
+
+    def __init__(self, traces, run_index, k):
+        trace = _trace_at(traces, run_index)
+        if trace is None:
+            raise ValueError(EXPIRED)
+        self.trace, self.k = trace, max(0, min(int(k or 0), len(trace.steps) - 1))
+        self.passes, said = render.dependency_plan(trace, self.k)
+        if not self.passes:
+            raise ValueError(said or "this run has no steps")
+        super().__init__(get_predictor(trace.model))
+
+    def start(self) -> dict:
+        return {self.key: f"Mapping the dependency before step {self.k}: {self.passes} forward passes…"}
+
+    def measure(self, deadline: float):
+        return measure_dependency(self.trace, self.k, deadline)
+
+    def drawn(self, frame: Measured, end: End) -> dict:
+        trace, k, found = self.trace, self.k, frame.result
+        near = locality(found.positions, found.matrix, WITHIN, among=set(range(trace.answer_length)))
+        where = (f" Among the answer's masked positions, {near.within:.0%} of it lies within {WITHIN} positions (an "
+                 f"even spread would put {near.even:.0%} there), at a mean distance of {near.mean_distance:.1f} "
+                 f"positions; {near.total:.1f} nats in all." if near is not None else "")
+        return {"dependency": figure("dependency", visuals.dependency_figure, trace, k, found.positions, found.matrix),
+                "dependency_note": f"Dependency before step {k} of {clean(trace.name)} ({stage_of(trace, k)} stage): "
+                                   f"{found.passes} forward passes, apart from the run's steps, in {end.seconds:.1f} "
+                                   f"s.{where}"}
 
 
 @friendly("Cannot map the dependency", page=True)
 def dependency_map(request: gr.Request, run_index, k, traces):
-    """The step view's dependency map before step ``k`` (``dico.observe.dependency``): one forward pass per masked
-    position, refused above ``LIMITS.dependency_masked`` of them; it waits for a decoder in the line of runs as a run
-    does (Stop leaves the line), saying so under the map, and never changes the run."""
-    trace = _trace_at(traces, run_index)
-    if trace is None:
-        raise ValueError(EXPIRED)
-    k = max(0, min(int(k or 0), len(trace.steps) - 1))
-    passes, said = render.dependency_plan(trace, k)
-    if not passes:
-        raise ValueError(said or "this run has no steps")
-    session = runs.session_of(request)
-    ticket = runs.LINE.join(session)
-    if ticket is None:
-        raise ValueError(runs.busy())
-    try:
-        if not (yield from _under_the_map(wait_turn(session, time.monotonic(), ticket))):
-            return
-        yield {"dependency_note": f"Mapping the dependency before step {k}: {passes} forward passes…"}
-        started = time.perf_counter()
-        found = measure_dependency(trace, k)
-        seconds = time.perf_counter() - started
-    finally:
-        runs.LINE.leave(ticket)
-    near = locality(found.positions, found.matrix, WITHIN, among=set(range(trace.answer_length)))
-    where = (f" Among the answer's masked positions, {near.within:.0%} of it lies within {WITHIN} positions (an even "
-             f"spread would put {near.even:.0%} there), at a mean distance of {near.mean_distance:.1f} positions; "
-             f"{near.total:.1f} nats in all." if near is not None else "")
-    yield {"dependency": figure("dependency", visuals.dependency_figure, trace, k, found.positions, found.matrix),
-           "dependency_note": f"Dependency before step {k} of {clean(trace.name)} ({stage_of(trace, k)} stage): "
-                              f"{found.passes} forward passes, apart from the run's steps, in {seconds:.1f} s.{where}"}
-
-
-def _under_the_map(waiting, key: str = "dependency_note", above: str = ""):
-    """The line's words while a measurement waits for a decoder, said under it (``key``, after ``above``: the status
-    keeps the run's own); what the wait returns (whether to go on) is returned."""
-    try:
-        while True:
-            yield {key: above + next(waiting)["status"]}
-    except StopIteration as done:
-        return done.value
+    """The step view's dependency map before step ``k`` (``DependencyMap``), decoded in the line of runs."""
+    yield from admitted(request, lambda: DependencyMap(traces, run_index, k), True, "map the dependency")
 
 
 @gpu
-def measure_layers(trace):
+def measure_layers(trace, deadline: float):
     """The locality layer by layer's model call (on ZeroGPU in a worker process): one replay, two lenses (the answer's
     positions, all positions)."""
-    predictor = get_predictor(trace.model)
+    predictor = Timed(get_predictor(trace.model), deadline)
     maps = layer_maps(predictor, trace)
     return (layer_locality(predictor, trace, WITHIN, among=set(range(trace.answer_length)), maps=maps),
             layer_locality(predictor, trace, WITHIN, maps=maps))
 
 
+class LayersView(Measurement):
+    """The Attention tab's locality, layer by layer, of the run it shows (``dico.observe.layer_locality``): the
+    run's steps replayed, one forward pass each, refused above ``LIMITS.layer_steps``."""
+    key, name = "locality", "The locality layer by layer"
+
+    def __init__(self, traces):
+        if not traces:
+            raise ValueError(EXPIRED)
+        trace = next((t for t in traces if t.attention is not None), None)
+        self.passes, said = render.layer_plan(trace)
+        if not self.passes:
+            raise ValueError(said)
+        super().__init__(get_predictor(trace.model))
+        self.trace, self.above = trace, render.stage_locality_md(trace) + "\n\n"
+
+    def start(self) -> dict:
+        return {self.key: self.above + f"Replaying {self.passes} steps layer by layer…"}
+
+    def measure(self, deadline: float):
+        return measure_layers(self.trace, deadline)
+
+    def drawn(self, frame: Measured, end: End) -> dict:
+        answer, every = frame.result
+        return {self.key: render.layer_locality_md(self.trace, answer, every, end.seconds)}
+
+
 @friendly("Cannot measure the layers", page=True)
 def layers_view(request: gr.Request, traces):
-    """The Attention tab's locality, layer by layer, of the run it shows (``dico.observe.layer_locality``): the run's
-    steps replayed, one forward pass each, refused above ``LIMITS.layer_steps``; it waits for a decoder in the line
-    of runs as a run does, and never changes the run."""
-    if not traces:
-        raise ValueError(EXPIRED)
-    trace = next((t for t in traces if t.attention is not None), None)
-    passes, said = render.layer_plan(trace)
-    if not passes:
-        raise ValueError(said)
-    session = runs.session_of(request)
-    ticket = runs.LINE.join(session)
-    if ticket is None:
-        raise ValueError(runs.busy())
-    stages = render.stage_locality_md(trace) + "\n\n"
-    try:
-        if not (yield from _under_the_map(wait_turn(session, time.monotonic(), ticket), "locality", stages)):
-            return
-        yield {"locality": stages + f"Replaying {passes} steps layer by layer…"}
-        started = time.perf_counter()
-        answer, every = measure_layers(trace)
-        seconds = time.perf_counter() - started
-    finally:
-        runs.LINE.leave(ticket)
-    yield {"locality": render.layer_locality_md(trace, answer, every, seconds)}
+    """The Attention tab's locality layer by layer (``LayersView``), decoded in the line of runs."""
+    yield from admitted(request, lambda: LayersView(traces), True, "measure the layers")
 
 
 PLAY, PAUSE = "▶ Play", "⏸ Pause"

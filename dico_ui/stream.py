@@ -1,15 +1,16 @@
-"""One path from a click to the figures, for a run and a fork alike: the request checked, a place in the line of
-runs, the wait for a decoder, the race streamed, then its last frame drawn.
+"""One path from a click to what it decodes, for a run, a fork and a measurement alike: the request checked, a
+place in the line of runs, the wait for a decoder, the frames streamed, then the last one drawn.
 
-    yield from admitted(request, admit, page, "run")    # admit() -> a Job: handlers.RunJob, forks.ForkJob
+    yield from admitted(request, admit, page, "run")    # admit() -> a Job: handlers.RunJob, forks.ForkJob, ...
 
 However it ends, it ends one way. A bad request is refused (on the page in the status and one toast, raised to an
 API caller) and the page keeps what it shows; so is a request the library refuses when it starts to decode (a
-ValueError before the first frame: a fork's replay finds the trace is not this model's). A full line is refused at
-once with the wait it would have had. Stop, or a page that closed, ends the wait; Stop, a closed page, the time
-limit and a fault (any error of the model or a rule) end the race, and its partial lanes stay on screen. A closed
-page gets nothing drawn and its session is forgotten. The line is always left, and gradio's session tables trimmed.
-A run and a fork differ only in their ``Job``: what it decodes, how a live frame reads, how the last one is drawn.
+ValueError before the first frame: a fork's replay finds the trace is not this model's): nothing the page shows is
+replaced before the first frame. A full line is refused at once with the wait it would have had. Stop, or a page
+that closed, ends the wait; Stop, a closed page, the time limit and a fault (any error of the model or a rule) end
+the race, and its partial lanes stay on screen. A closed page gets nothing drawn and its session is forgotten. The
+line is always left, and gradio's session tables trimmed. Jobs differ only in what they decode, how a live frame
+reads and how the last one is drawn.
 """
 from __future__ import annotations
 
@@ -40,15 +41,21 @@ class End:
 
 
 class Job:
-    """A checked request ready to decode: what a run and a fork do differently (``admit`` builds one)."""
+    """A checked request ready to decode: what a run, a fork and a measurement do differently (``admit`` builds
+    one)."""
 
     def __init__(self, predictor: MaskPredictor, warnings=()):
         self.predictor, self.warnings = predictor, list(warnings)
         # live traces have no vocabulary yet: the model's words, looked up once each
         self.token_text = functools.lru_cache(maxsize=4096)(predictor.token_text)
 
+    def waiting(self, said: str) -> dict:
+        """The line's words while it waits for a decoder (a measurement says them under its figure)."""
+        return {"status": said}
+
     def start(self) -> dict:
-        """The outputs once a decoder is free, before the first frame (also what stays if nothing is decoded)."""
+        """What the page shows once a decoder is free, before the first frame: only what says it starts, since the
+        library may still refuse the request, and then the page keeps what it shows."""
         raise NotImplementedError
 
     def frames(self) -> Iterator[Frame]:
@@ -59,6 +66,11 @@ class Job:
         """A frame while it decodes: the status and the lanes."""
         raise NotImplementedError
 
+    def first(self, frame: Frame) -> dict:
+        """The first frame: the request was taken, so it may replace what the page showed (a run clears the last
+        run's figures)."""
+        return self.live(frame)
+
     def own(self, frame: Frame) -> list[Trace]:
         """The traces this job decoded in ``frame`` (a fork's runs on screen are not its own)."""
         return frame.traces
@@ -66,6 +78,16 @@ class Job:
     def drawn(self, frame: Frame, end: End) -> dict:
         """Every output once the race ended (``frame`` finished, with at least one step of the job's own)."""
         raise NotImplementedError
+
+    def ended(self, frame: Frame | None, end: End, noun: str) -> dict:
+        """What the page shows once the race ended: its last frame (None before the first) finished and drawn, or
+        what stopped it before a step of its own, the page keeping the rest."""
+        if frame is not None and not frame.finished:
+            frame = settle(frame, self.predictor)
+        if frame is None or not self.own(frame):
+            return {"status": f"**The {noun} failed** before its first step: {failure(end.failed)}" if end.failed
+                    else f"Stopped before the {noun}'s first step."}
+        return self.drawn(frame, end)
 
 
 def refuse(message: str, title: str, page: bool):
@@ -97,15 +119,16 @@ def admitted(request, admit: Callable[[], Job], page: bool, noun: str):
     try:
         for warning in job.warnings:
             gr.Warning(clean(warning))
-        if (yield from wait_turn(session, since, ticket)):
+        if (yield from wait_turn(session, since, ticket, job.waiting)):
             yield from _decoded(session, since, job, page, noun)
     finally:
         runs.LINE.leave(ticket)
         runs.trim_sessions()            # gradio's own per-session tables, bounded by the sessions it keeps
 
 
-def wait_turn(session: str, since: float, ticket):
-    """Wait for this request's turn to decode, saying how long; False when it must not run (Stop, page gone)."""
+def wait_turn(session: str, since: float, ticket, said: Callable[[str], dict]):
+    """Wait for this request's turn to decode, saying how long (``said``: where); False when it must not run
+    (Stop, page gone)."""
     while True:
         turn = runs.LINE.wait(ticket, timeout=1.0)
         why = runs.ended(session, since)             # asked after the turn too: a Stop meanwhile still counts
@@ -113,17 +136,16 @@ def wait_turn(session: str, since: float, ticket):
             runs.forget_session(session)
             return False
         if why:
-            yield {"status": "Stopped before it started: you left the line."}
+            yield said("Stopped before it started: you left the line.")
             return False
         if turn:
             return True
-        yield {"status": runs.waiting(ticket)}       # what the page shows stays meanwhile
+        yield said(runs.waiting(ticket))             # what the page shows stays meanwhile
 
 
 def _decoded(session: str, since: float, job: Job, page: bool, noun: str):
     """Stream the job's race, then draw its last frame with a status saying how it ended."""
-    start = job.start()
-    yield start
+    yield job.start()
     try:
         frame, end = yield from _frames(session, since, job, noun)
     except ValueError as exc:               # the library's word on the request, before anything decoded
@@ -132,27 +154,23 @@ def _decoded(session: str, since: float, job: Job, page: bool, noun: str):
     if end.why == "gone":          # nobody will see the figures: draw none; gradio just revived the session, drop it
         runs.forget_session(session)
         return
-    if frame is not None and not frame.finished:
-        frame = settle(frame, job.predictor)
-    if frame is None or not job.own(frame):
-        said = (f"**The {noun} failed** before its first step: {failure(end.failed)}" if end.failed else
-                f"Stopped before the {noun}'s first step.")
-        yield {**start, "status": said}
-        return
-    yield job.drawn(frame, end)
+    yield job.ended(frame, end, noun)
 
 
 def _frames(session: str, since: float, job: Job, noun: str):
     """Stream the race's frames to the page, closing it when it must end (Stop, page closed, time limit, a fault);
     returns its last frame (None before the first) and how it ended. A ValueError before the first frame is raised:
     the request was refused, nothing decoded."""
-    started, shown, frame, failed = time.perf_counter(), 0.0, None, None
+    started, shown, frame, failed = time.monotonic(), None, None, None      # the clock of the limits (``runs``)
     frames = job.frames()
     try:
         while not (why := runs.ended(session, since, started if frame is not None else None)):
             try:
                 frame = next(frames)
             except StopIteration:
+                break
+            except TimeLimit:               # the job's own model call reached the time limit between two passes
+                why = "time"
                 break
             except Exception as exc:  # noqa: BLE001 - a fault ends this race only; the partial lanes stay
                 if frame is None and isinstance(exc, ValueError):
@@ -162,12 +180,36 @@ def _frames(session: str, since: float, job: Job, noun: str):
                 break
             if frame.finished:
                 break
-            if time.perf_counter() - shown >= STREAM_INTERVAL:
-                shown = time.perf_counter()
+            if shown is None:
+                shown = time.monotonic()
+                yield job.first(frame)
+            elif time.monotonic() - shown >= STREAM_INTERVAL:
+                shown = time.monotonic()
                 yield job.live(frame)
     finally:
         frames.close()
-    return frame, End(why, failed, time.perf_counter() - started)
+    return frame, End(why, failed, time.monotonic() - started)
+
+
+class TimeLimit(Exception):
+    """A job's one model call that makes many passes (a measurement) reached the time limit between two of them
+    (``Timed``): it ends as a race ends at the time limit between its frames."""
+
+
+class Timed:
+    """A predictor each of whose forward passes first raises ``TimeLimit`` once ``time.monotonic()`` passed
+    ``deadline`` (a number: it pickles, so it holds in a worker process too)."""
+
+    def __init__(self, predictor: MaskPredictor, deadline: float):
+        self.predictor, self.deadline = predictor, deadline
+
+    def __getattr__(self, name):
+        return getattr(self.predictor, name)
+
+    def forward(self, *args, **kwargs):
+        if time.monotonic() > self.deadline:
+            raise TimeLimit(f"past the time limit of {runs.LIMITS.run_seconds:.0f} s")
+        return self.predictor.forward(*args, **kwargs)
 
 
 def failure(exc: Exception | None) -> str:

@@ -101,11 +101,14 @@ def wire_step_view(c: dict) -> None:
     playing = [c["timer"], c["play"], c["playing"], c["step"]]
     c["play"].click(keyed(h.toggle_play, c), [c["playing"], c["step"], c["step_run"], c["traces"]], playing, **small)
     c["timer"].tick(keyed(h.tick, c), [c["step"], c["step_run"], c["traces"]], playing, concurrency_limit=4, **small)
-    c["dependency_button"].click(keyed(h.dependency_map, c), [c["step_run"], c["step"], c["traces"]],
-                                 [c["dependency"], c["dependency_note"], c["status"]], show_api=False,
-                                 **{**decoding(c), "show_progress_on": [c["dependency"]]})
-    c["layers_button"].click(keyed(h.layers_view, c), [c["traces"]], [c["locality"], c["status"]], show_api=False,
-                             **{**decoding(c), "show_progress_on": [c["locality"]]})
+    quiet = dict(queue=False, show_api=False)           # each click stamped before it queues, as a run's (runs.stop)
+    c["dependency_button"].click(h.clicked, None, None, **quiet) \
+        .then(keyed(h.dependency_map, c), [c["step_run"], c["step"], c["traces"]],
+              [c["dependency"], c["dependency_note"], c["status"]], show_api=False,
+              **{**decoding(c), "show_progress_on": [c["dependency"]]})
+    c["layers_button"].click(h.clicked, None, None, **quiet) \
+        .then(keyed(h.layers_view, c), [c["traces"]], [c["locality"], c["status"]], show_api=False,
+              **{**decoding(c), "show_progress_on": [c["locality"]]})
 
 
 def wire_fork_panel(c: dict, results: list) -> None:

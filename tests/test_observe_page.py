@@ -177,6 +177,35 @@ def test_a_dependency_map_over_the_cap_is_refused_with_its_cost_in_one_line(app_
         assert "no longer kept" in list(h.dependency_map(Session(), 0, 0, []))[0]["status"]
 
 
+def test_a_measurement_that_faults_ends_as_a_run_does_naming_the_fault_and_leaving_the_line(app_module, lesson,
+                                                                                           predictor, monkeypatch,
+                                                                                           caplog):
+    """The dependency map waits, decodes and ends on a run's path (``stream.admitted``): a model error is said under
+    the map and logged for the operator, nothing is drawn, and its place in the line is given back."""
+    from dico_ui import runs
+
+    def faulty(*args, **kwargs):
+        raise RuntimeError("injected fault")
+    monkeypatch.setattr(predictor, "forward", faulty)
+    *_, out = h.dependency_map(Session("faulty-map"), 0, 23, [lesson["topk"]])
+    assert out == {"dependency_note": "The dependency map failed: RuntimeError: injected fault; nothing was drawn."}
+    assert "injected fault" in caplog.text and runs.LINE.holds("faulty-map") is None
+
+
+def test_a_measurement_past_the_time_limit_stops_before_its_next_pass(app_module, lesson, predictor, monkeypatch):
+    """The locality layer by layer is one model call of a pass a step: past the run's time limit (here 0 s) the
+    next pass is not computed, the measurement says so under its table and leaves the line."""
+    from dico_ui import runs
+    forward, passes = predictor.forward, []
+    monkeypatch.setattr(predictor, "forward", lambda *a, **k: passes.append(1) or forward(*a, **k))
+    monkeypatch.setattr(runs, "LIMITS", replace(runs.LIMITS, run_seconds=0.0))
+    *_, out = h.layers_view(Session("slow-layers"), [lesson["dico"]])
+    assert out["locality"].endswith("The locality layer by layer stopped at the time limit (0 s a run on this shared "
+                                    "server); nothing was drawn.")
+    assert out["locality"].startswith(render.stage_locality_md(lesson["dico"])) and passes == []
+    assert runs.LINE.holds("slow-layers") is None
+
+
 def test_the_attention_tab_prints_the_locality_of_each_stage(app_module, lesson):
     dico_run = lesson["dico"]
     said = h.first_impression()["locality"]

@@ -181,6 +181,23 @@ def test_a_full_line_refuses_at_once_with_the_wait(app_module, predictor, monkey
     assert len(page) == 1 and page[0]["status"].startswith("**Busy**: The demo is busy")      # the page: status + toast
 
 
+def test_a_request_the_library_refuses_as_it_starts_keeps_what_the_page_shows(app_module, predictor, monkeypatch):
+    """The library may refuse a request only once a decoder is free (a ValueError before the first frame): the
+    page then says so in the status and one toast, and no other output is replaced (the last run stays)."""
+    def refused(req):
+        raise ValueError("prompt: refused by the library")
+        yield                                            # a generator, as the race is
+    monkeypatch.setattr(h, "decode_race", refused)
+    from dico_ui.request import CONTROLS
+    with pytest.warns(UserWarning, match="refused by the library"):
+        page = list(h.run_ui(Session("refused"), PROMPT, "dico-tiny", "non-ar", 48.0, 16.0, ["dico"], True,
+                             *[spec.default for _, spec in CONTROLS]))
+    assert [list(out) for out in page] == [["status"], ["status"]]
+    assert page[0]["status"].startswith("Starting…")
+    assert page[1]["status"] == "**Cannot run**: prompt: refused by the library"
+    assert runs.LINE.holds("refused") is None
+
+
 def test_a_model_error_mid_decode_names_what_failed_and_keeps_the_partial_run(app_module, predictor, monkeypatch,
                                                                                caplog):
     forward, calls = predictor.forward, {"dico": 0}
