@@ -28,11 +28,11 @@ from dico_ui.wiring import wire
 warnings.filterwarnings("ignore", message=r".*Gradio 6\.0", category=DeprecationWarning)
 log = logging.getLogger("dico_ui")
 ROOT = Path(__file__).resolve().parent.parent
-BENCH_TABLE = ROOT / "assets" / "bench" / "table1_with_floor.json"     # Table 1 and its floor, combined
+BENCH_TABLE = ROOT / "assets" / "bench" / "table1_gen96.json"     # Table 1 and its floor, combined
 # The shipped frontier and the floor decoded later on the same items, combined (its record names both commands).
-FRONTIER = ROOT / "assets" / "bench" / "frontier_all.json"
-FRONTIER_COMMAND = ("python -m dico.bench frontier --json assets/bench/frontier_all.json "
-                    "--markdown assets/bench/frontier_all.md")
+FRONTIER = ROOT / "assets" / "bench" / "frontier_gen96.json"
+FRONTIER_COMMAND = ("python -m dico.bench frontier --json assets/bench/frontier_gen96.json "
+                    "--markdown assets/bench/frontier_gen96.md")
 THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate",
                        font=["ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"],
                        font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"])
@@ -85,9 +85,14 @@ def benchmark_view(path: Path = BENCH_TABLE) -> tuple:
     measured = (f" It ran in {run['seconds'] / 60:.1f} minutes on {run['machine']}."
                 if "seconds" in run and "machine" in run else "")
     return visuals.accuracy_nfe_figure(rows), (
-        markdown(rows, str(run.get("title", "benchmark"))) + f"\n\nRegenerate with "
-        f"`{run.get('command', 'python -m dico.bench')}`.{measured} The embedded model is small: its accuracy is its "
-        "own, not the paper's.")
+        markdown(rows, str(run.get("title", "benchmark"))) + f"\n\n{remake(run, 'python -m dico.bench')}.{measured} "
+        "The embedded model is small: its accuracy is its own, not the paper's.")
+
+
+def remake(run: dict, default: str) -> str:
+    """How to make a shipped result again: its command, after its runs' commands where it combines several."""
+    runs = "".join(f"`{source['command']}`, " for source in run.get("sources", []))
+    return f"Regenerate with {runs}{'then ' if runs else ''}`{run.get('command', default)}`"
 
 
 def frontier_view(path: Path = FRONTIER) -> tuple:
@@ -104,7 +109,7 @@ def frontier_view(path: Path = FRONTIER) -> tuple:
                 if "seconds" in run and "machine" in run else "")
     return visuals.frontier_figure(rows), (
         f"{run.get('title', 'Speed-accuracy frontier')}, {max(r['n'] for r in rows)} held-out items per task and mode; "
-        f"model {run.get('model', '?')}. Regenerate with `{run.get('command', FRONTIER_COMMAND)}`.{measured} Top-k per "
+        f"model {run.get('model', '?')}. {remake(run, FRONTIER_COMMAND)}.{measured} Top-k per "
         "step commits the k most confident masked positions each pass, whether or not they fit together.")
 
 

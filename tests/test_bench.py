@@ -62,7 +62,7 @@ def test_wilson_interval_matches_the_textbook_values():
 
 
 def test_old_result_files_read_with_method_ids_and_labels():
-    rows, _ = read_results(ROOT / "assets" / "bench" / "table1.json")
+    rows, _ = read_results(ROOT / "assets" / "bench" / "table1_gen256.json")
     assert all(r["method"] in METHODS for r in rows)
     assert {r["method"]: r["label"] for r in rows}["fast-factor"] == "Fast-dLLM (factor)"
 

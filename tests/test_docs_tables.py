@@ -81,3 +81,79 @@ def test_another_tools_result_file_keeps_its_markdown_and_a_bench_file_without_a
     (bench / "odd.md").write_text("odd\n")
     with pytest.raises(ValueError, match="table: assets/bench/odd.json: no table renders this record"):
         docs.table_files(tmp_path)
+
+
+def _bench_folder(tmp_path, records: dict) -> Path:
+    bench = tmp_path / "assets" / "bench"
+    bench.mkdir(parents=True)
+    (tmp_path / "docs").mkdir()
+    for name, record in records.items():
+        (bench / f"{name}.json").write_text(json.dumps(record))
+    return bench
+
+
+def test_a_quoted_number_must_be_one_its_table_prints_to_the_precision_quoted(tmp_path):
+    """Between ``numbers`` markers, every decimal or per cent (each end of a range) is a number the named table
+    prints, rounded as quoted; counts and lengths ("200 items", "gen 96") are not measured values and pass."""
+    throughput = json.loads((ROOT / "assets" / "bench" / "throughput.json").read_text())
+    _bench_folder(tmp_path, {"t": throughput})
+    printed = docs._printed("assets/bench/t.json", tmp_path)
+    shown = next(n for n in printed if n != int(n))           # a value the table prints with a decimal
+    text = (f"<!-- numbers: assets/bench/t.json -->\nOn 200 items at gen 96: {shown} and {round(shown)}%-ish, "
+            f"{shown}-{shown}%.\n<!-- /numbers -->\n")
+    assert docs.unfound_numbers(text, tmp_path) == []
+    wrong = round(max(printed) + 1.3, 1)
+    missing = docs.unfound_numbers(text.replace(f"{shown} and", f"{wrong} and"), tmp_path)
+    assert missing == [f'{wrong} (after "items at gen 96:") is in no table of assets/bench/t.json']
+    assert docs.unfound_numbers("outside any marker: 12345.6%\n", tmp_path) == []
+    with pytest.raises(ValueError, match="numbers: assets/bench/gone.json: no such file"):
+        docs.unfound_numbers("<!-- numbers: assets/bench/gone.json -->\n1.5\n<!-- /numbers -->\n", tmp_path)
+
+
+def test_the_index_lists_every_result_file_with_its_model_weights_and_command(tmp_path):
+    bench = _bench_folder(tmp_path, {
+        "t1": {**json.loads((ROOT / "assets" / "bench" / "throughput.json").read_text()), "title": "T | one"},
+        "own": {"command": "python tests/fidelity_run.py", "model": "dico-tiny", "runs": []}})
+    (bench / "own.md").write_text("# Fidelity of one rule\n\nbody\n")
+    page = tmp_path / "docs" / "benchmarks.md"
+    page.write_text("# B\n\n<!-- index -->\nold\n<!-- /index -->\n\n[gone](../assets/bench/gone.md) "
+                    "[here](../assets/bench/own.md)\n")
+    index = docs.fill_index(page.read_text(), tmp_path)
+    rows = [line for line in index.splitlines() if line.startswith("| [")]
+    assert rows[0].startswith("| [own.md](../assets/bench/own.md) | Fidelity of one rule | dico-tiny | "
+                              "`python tests/fidelity_run.py` |")
+    t1 = json.loads((bench / "t1.json").read_text())
+    assert rows[1] == (f"| [t1.json](../assets/bench/t1.json) | T \\| one | dico-tiny ({t1['model_step']:,}, "
+                       f"`{t1['weights']}`) | `{t1['command']}` |")
+    assert docs.fill_index(index, tmp_path) == index                       # a second run changes nothing
+    assert docs.broken_links(page, tmp_path) == ["../assets/bench/gone.md"]
+    assert docs.unchecked(tmp_path) == ["missing: docs/benchmarks.md: ../assets/bench/gone.md"]
+
+
+def test_a_combined_table_whose_runs_were_removed_stands_on_its_own_rows(tmp_path):
+    """Once its sources are gone (the combined file is the published table), ``docs`` keeps the combined record as
+    it is and its Markdown is what that record renders, each run's command still under the table."""
+    combined = json.loads((ROOT / "assets" / "bench" / "table1_gen96.json").read_text())
+    assert combined["sources"] and not any((ROOT / s["path"]).exists() for s in combined["sources"])
+    bench = _bench_folder(tmp_path, {"t": combined})
+    (bench / "t.md").write_text("stale\n")
+    files = docs.regenerated(tmp_path)
+    assert bench / "t.json" not in files and files[bench / "t.md"] == render(combined) + "\n"
+    assert all(s["command"] in files[bench / "t.md"] for s in combined["sources"])
+
+
+def test_every_result_file_records_the_digest_of_the_weights_it_measured():
+    """The index's digest is the record's own: every run writes ``weights`` (``parts.weights_id``), and the shipped
+    records of an embedded model's current training step carry the digest of the weights shipped now. (The lead's
+    chain-stage run, being written as this lands, is left to its own commit.)"""
+    from dico.bench.hardware import training_step
+    from dico.bench.parts import weights_id
+
+    for path in docs.result_files(ROOT):
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict) or "model" not in record or path.stem.startswith("table1_chain_long"):
+            continue                    # the selection-cost run of 2026-11-22 recorded no model
+        assert str(record.get("weights", "")).startswith("sha256:"), f"{path.name}: no weights digest"
+        model = record.get("model")
+        if model in ("dico-tiny", "dico-tiny-long") and record.get("model_step") == training_step(model):
+            assert record["weights"] == weights_id(model), path.name

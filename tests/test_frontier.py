@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 from dico.bench.core import FLOOR, wilson
-from dico.bench.docs import readme_section
 from dico.bench.frontier import TOPK, naive_topk, sweep
 from dico.bench.tables import FRONTIER_FIELDS, read_results
 from dico.settings import METHODS, NON_AR_ONLY, REVISING, settings_for
@@ -113,16 +112,6 @@ def test_the_app_shows_the_shipped_frontier_or_says_how_to_make_it(tmp_path):
     assert len(fig.data) == 12 and "Regenerate with `c`" in note and "10 held-out items" in note
     fig, note = frontier_view()                # the shipped one: the frontier and the floor on the same items
     assert "Floor" in {trace.name for trace in fig.data} and "with the floor" in note
-
-
-def test_readme_shows_the_frontier_with_its_image_once_shipped(tmp_path):
-    rows = [dict(r, tokens_per_s=1.0, speedup_nfe=1.0, speedup_wall=1.0) for r in fixed_rows()]
-    (tmp_path / "frontier.json").write_text(json.dumps({"title": "Frontier", "command": "python -m dico.bench frontier",
-                                                        "seconds": 60, "machine": "here", "rows": rows}))
-    (tmp_path / "frontier.md").write_text("**Frontier**\n")
-    assert readme_section(tmp_path).startswith("**Frontier**")
-    (tmp_path / "frontier.png").write_bytes(b"")
-    assert readme_section(tmp_path).startswith("![Frontier](assets/bench/frontier.png)\n\n**Frontier**")
 
 
 def test_the_figure_exports_as_html_and_as_a_png_without_kaleido(tmp_path):

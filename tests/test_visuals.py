@@ -468,7 +468,7 @@ def test_stream_figure_is_the_latest_step_without_the_profile(golden):
 # ---------------------------------------------------------------------------------------- benchmark
 
 def bench_rows() -> list[dict]:
-    return json.loads((ROOT / "assets" / "bench" / "table1.json").read_text())["rows"]
+    return json.loads((ROOT / "assets" / "bench" / "table1_gen256.json").read_text())["rows"]
 
 
 def test_method_ids_are_read_from_ids_labels_and_variant_labels():

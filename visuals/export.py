@@ -1,7 +1,7 @@
 """A benchmark figure to a file, for README: ``python -m visuals.export ROWS.json OUT.png`` (or ``.svg``, ``.html``).
 
-    python -m visuals.export assets/bench/frontier.json assets/bench/frontier.png     # the frontier figure
-    python -m visuals.export assets/bench/table1.json /tmp/table1.html                # Table 1's accuracy-NFE figure
+    python -m visuals.export assets/bench/frontier_gen96.json assets/bench/frontier.png   # the frontier figure
+    python -m visuals.export assets/bench/table1_gen96.json /tmp/table1.html             # Table 1's accuracy-NFE figure
 
 An image needs an engine: kaleido when it is installed (plotly's ``write_image``), else a screenshot by the system
 Chromium that the browser tests drive through Playwright (plotly.js inlined, nothing fetched; PNG only). With

@@ -20,11 +20,14 @@ ABLATION_FAMILIES = ("word", "pick", "team")
 ABLATION_SCOPE = {"tg": (ABLATION_FAMILIES, ("non-ar",)), "margin": (ABLATION_FAMILIES, MODES),
                   "seeds": (ABLATION_FAMILIES, MODES), "conquer": (ABLATION_FAMILIES, ("non-ar",)),
                   "authors": (ABLATION_FAMILIES, MODES)}
+WHAT = {"tg": "DiCo with and without trajectory guidance", "margin": "Finalize with and without the logit margin",
+        "seeds": "DiCo's number of seeds N", "conquer": "adaptive (factor) against fixed-threshold Conquer",
+        "authors": "each of the authors' code choices and the Divide shortcut alone"}
 
 
 def plan(args):
     configs = [(label, "dico", settings) for label, settings in ABLATIONS[args.name].items()]
-    return table_plan(args, f"Ablation: {args.name}", configs, *ABLATION_SCOPE[args.name], LENGTHS[:1],
+    return table_plan(args, f"Ablation: {WHAT[args.name]}", configs, *ABLATION_SCOPE[args.name], LENGTHS[:1],
                       keep=tuple(ABLATIONS[args.name]))
 
 

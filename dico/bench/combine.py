@@ -4,17 +4,16 @@ mode, task, length) not already there; frontier files the same way (a line decod
 point); breaks files by (lane, mode, family, cache), each family and mode's rows together (a lane decoded again by a
 newer run: name the newer file first).
 
-    python -m dico.bench combine assets/bench/table1.json assets/bench/table1_new.json \\
-        --json assets/bench/table1_all.json --markdown assets/bench/table1_all.md
+    python -m dico.bench combine assets/bench/table1.json assets/bench/table1_floor.json \\
+        --json assets/bench/table1_gen96.json --markdown assets/bench/table1_gen96.md
     python -m dico.bench combine assets/bench/frontier.json assets/bench/frontier_floor.json \\
-        --json assets/bench/frontier_all.json --markdown assets/bench/frontier_all.md
-    python -m dico.bench combine assets/bench/breaks_llada21.json assets/bench/breaks_2026.json \\
-        --json assets/bench/breaks_2026_all.json --markdown assets/bench/breaks_2026_all.md
+        --json assets/bench/frontier_gen96.json --markdown assets/bench/frontier_gen96.md
 
 Decodes are deterministic, so a row is what it would be in one run of every method; the runs must share the model's
-weights (training step), the lengths and the batch size. Each row keeps its own run's speed-ups (against Vanilla
-decoded in that run) and its run's n is said under the table. ``python -m dico.bench docs`` combines the sources
-again, so the combined file follows them.
+weights (training step and digest), the lengths and the batch size. Each row keeps its own run's speed-ups (against
+Vanilla decoded in that run) and its run's n and command are said under the table. ``python -m dico.bench docs``
+combines the sources again while they are in the folder, so the combined file follows them; once they are removed
+(the combined file is the published table), it stands on its own rows.
 """
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from pathlib import Path
 from dico.bench.runner import fail
 from dico.bench.tables import kind, render
 
-SAME = ("model", "model_step", "lengths", "gen_length", "block_length", "batch_size")
+SAME = ("model", "model_step", "weights", "lengths", "gen_length", "block_length", "batch_size")
 KEYS = {"table": lambda r: (r["label"], r["mode"], r["task"], r.get("gen_length")),        # a row's identity by kind
         "frontier": lambda r: (r["label"], r["mode"], r["task"], r.get("gen_length")),
         "breaks": lambda r: (r["label"], r["mode"], r["family"], r.get("cache"))}

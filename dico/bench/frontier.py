@@ -3,7 +3,7 @@ family and mode, and accuracy (95% interval) read against forward passes.
 
     python -m dico.bench frontier --jobs 2 --json assets/bench/frontier.json --markdown assets/bench/frontier.md
     python -m dico.bench frontier --items 10 --families pick,word
-    python -m visuals.export assets/bench/frontier.json assets/bench/frontier.png    # the figure, README's image
+    python -m visuals.export assets/bench/frontier_gen96.json assets/bench/frontier.png    # the figure in the docs
 
 Naive top-k (k tokens a step by confidence: the paper's Figure 1, Observation I) beside Fast-dLLM's threshold and
 factor and DiCo's cluster bar (``dico.settings.DICO_KNOB``): the paper's Figure 1 and Fast-dLLM's

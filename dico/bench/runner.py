@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dico.bench.hardware import bench_model, load_bench_model, machine, training_step
+from dico.bench.parts import weights_id
 
 
 class Parser(argparse.ArgumentParser):
@@ -54,8 +55,10 @@ class Session:
         return self.predictor.name if self.predictor is not None else (self.args.model or EMBEDDED_NAME)
 
     def about(self) -> dict:
-        """The record's opening: which model and weights measured."""
-        return {"model": self.model_name(), "model_step": training_step(self.args.model)}
+        """The record's opening: which model and weights measured (the weights' digest, ``parts.weights_id``: the
+        embedded models are retrained under one name)."""
+        return {"model": self.model_name(), "model_step": training_step(self.args.model),
+                "weights": weights_id(self.args.model)}
 
     @property
     def progress(self) -> bool:
