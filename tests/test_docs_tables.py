@@ -94,7 +94,8 @@ def _bench_folder(tmp_path, records: dict) -> Path:
 
 def test_a_quoted_number_must_be_one_its_table_prints_to_the_precision_quoted(tmp_path):
     """Between ``numbers`` markers, every decimal or per cent (each end of a range) is a number the named table
-    prints, rounded as quoted; counts and lengths ("200 items", "gen 96") are not measured values and pass."""
+    prints, rounded as quoted; counts and lengths ("200 items", "gen 96") and settings in backticks are not measured
+    values and pass."""
     throughput = json.loads((ROOT / "assets" / "bench" / "throughput.json").read_text())
     _bench_folder(tmp_path, {"t": throughput})
     printed = docs._printed("assets/bench/t.json", tmp_path)
@@ -106,6 +107,7 @@ def test_a_quoted_number_must_be_one_its_table_prints_to_the_precision_quoted(tm
     missing = docs.unfound_numbers(text.replace(f"{shown} and", f"{wrong} and"), tmp_path)
     assert missing == [f'{wrong} (after "items at gen 96:") is in no table of assets/bench/t.json']
     assert docs.unfound_numbers("outside any marker: 12345.6%\n", tmp_path) == []
+    assert docs.unfound_numbers(text.replace("On 200", "At `threshold=987.65` on 200"), tmp_path) == []  # a setting
     with pytest.raises(ValueError, match="numbers: assets/bench/gone.json: no such file"):
         docs.unfound_numbers("<!-- numbers: assets/bench/gone.json -->\n1.5\n<!-- /numbers -->\n", tmp_path)
 

@@ -14,8 +14,9 @@ measures, its model and weights' digest, and the command that remakes it.
 
 Numbers quoted in prose are checked too: between ``<!-- numbers: assets/bench/A.json assets/bench/B.json -->`` and
 ``<!-- /numbers -->``, every number written with a decimal point or a per cent sign (each end of a range such as
-``87.5-96.5%``) is one that the named files' tables print, to the precision quoted. Every link of a page into
-assets/bench must name a file that exists.
+``87.5-96.5%``) is one that the named files' tables print, to the precision quoted; a setting written in backticks
+(`` `threshold=0.95` ``) is not a result and is not checked. Every link of a page into assets/bench must name a
+file that exists.
 
 ``--check`` writes nothing: it lists what is stale, unfound or missing and exits 1 (0 when all is current).
 """
@@ -35,6 +36,7 @@ INDEX = re.compile(r"^<!-- index -->\n.*?^<!-- /index -->$", re.M | re.S)
 NUMBERS = re.compile(r"^<!-- numbers: (?P<paths>[^>]+?) -->\n(?P<body>.*?)^<!-- /numbers -->$", re.M | re.S)
 QUOTED = re.compile(r"(?<![\w.,/-])(\d+(?:\.\d+)?)(?:-(\d+(?:\.\d+)?))?(%?)(?![\w.]\w)")
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
+CODE = re.compile(r"`[^`]*`")
 LINK = re.compile(r"\]\(((?:\.\./)?assets/bench/[^)#\s]+)\)")
 def rendered(path: str, root: Path = ROOT) -> str:
     """The table of the JSON at ``path`` (relative to ``root``); ValueError naming the file when it cannot be."""
@@ -167,13 +169,14 @@ def unfound_numbers(text: str, root: Path = ROOT) -> list[str]:
     for block in NUMBERS.finditer(text):
         paths = block["paths"].split()
         printed = [n for path in paths for n in _printed(path, root)]
-        for quote in QUOTED.finditer(block["body"]):
+        body = CODE.sub(lambda m: " " * len(m[0]), block["body"])    # a setting or command in code is not a result
+        for quote in QUOTED.finditer(body):
             for number in filter(None, quote.group(1, 2)):
                 if "." not in number and not quote[3]:
                     continue                # a count or a length ("200 items", "gen 96"), not a measured value
                 places = len(number.split(".")[1]) if "." in number else 0
                 if not any(round(n, places) == float(number) for n in printed):
-                    before = " ".join(block["body"][:quote.start()].split()[-4:])
+                    before = " ".join(body[:quote.start()].split()[-4:])
                     missing.append(f"{number} (after \"{before}\") is in no table of {', '.join(paths)}")
     return missing
 
