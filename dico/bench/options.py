@@ -86,5 +86,6 @@ def add_scope(parser, families_default: str = ",".join(tasks.SHORT_FAMILIES)) ->
 
 
 def add_parts(parser, what: str) -> None:
-    parser.add_argument("--parts", metavar="DIR", help=f"save each finished part ({what}) in DIR; the same command "
-                        "run again skips those saved")
+    parser.add_argument("--parts", metavar="DIR", help=f"save each finished part ({what}) in DIR, a folder git "
+                        "ignores such as runs/parts/NAME (resume parts are not committed); the same command run again "
+                        "skips those saved")
