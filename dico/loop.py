@@ -23,6 +23,8 @@ from functools import partial
 
 import torch
 
+from dico.attention import response_rows, stage_index
+from dico.block import BLOCK_KIND, block_cache_for, check_block_request, response_length
 from dico.cache import Cache, cache_shift, forward_for, uncached_token_forwards
 from dico.constraints import encode_fixed
 from dico.lanes import default_label
@@ -75,6 +77,8 @@ def check_inputs(prompt: str, method: str, mode: str, gen_length: int, block_len
 def check_request(predictor: MaskPredictor, prompt: str, method: str, mode: str, gen_length: int,
                   block_length: int | None) -> list[int]:
     """Validate a request before any forward pass; return the prompt ids. Errors name the field."""
+    if predictor.kind == BLOCK_KIND:         # block diffusion: semi-AR, one model block a window (dico.block)
+        check_block_request(predictor, mode, block_length, gen_length)
     check_inputs(prompt, method, mode, gen_length, block_length)
     prompt_ids = predictor.encode_prompt(prompt)
     if len(prompt_ids) >= predictor.max_length:       # no room for even one answer token: the prompt is at fault
@@ -99,11 +103,10 @@ class AttentionAccumulator:
         self.counts = torch.zeros(len(STAGES), n, dtype=torch.float64)
         self.steps: list[list[int]] = [[] for _ in STAGES]
 
-    def add(self, step: int, attentions, masked: torch.Tensor, unmasked_fraction: float) -> None:
-        stage = min(int(unmasked_fraction * len(STAGES)), len(STAGES) - 1)
+    def add(self, step: int, attentions, masked: torch.Tensor) -> None:
+        stage = stage_index(masked, len(STAGES))
         mean = torch.stack([a[0].float().mean(dim=0) for a in attentions]).mean(dim=0)         # l, l (device)
-        rows = mean[self.m:self.m + self.n]                                                     # n, l
-        keyed = torch.cat([rows[:, :self.m].sum(dim=1, keepdim=True), rows[:, self.m:self.m + self.n]], dim=1)
+        keyed = response_rows(mean, self.m, self.n)                                             # n, n + 1
         weight = masked.double()
         self.sums[stage] += keyed.double() * self.predictor.to_model(weight)[:, None]
         self.counts[stage] += weight
@@ -133,6 +136,17 @@ class Decoding:
         block_length = block_length if mode == SEMI_AR else None
         prompt_ids = check_request(predictor, prompt, method, mode, gen_length, block_length)
         self.rule = admit(method, mode, settings, capture_attention=capture_attention)
+        self.align = 0                          # response offset of the first window's end, counted in windows
+        if predictor.kind == BLOCK_KIND:        # windows are the model's blocks from position 0 (dico.block)
+            gen_length = response_length(len(prompt_ids), gen_length, predictor.block)
+            self.align = len(prompt_ids) % predictor.block
+            if self.rule.verifies:
+                raise ValueError(f"method: {method} scores a mirrored copy of the window that sees the blocks after "
+                                 f"it; {predictor.name!r} is a block diffusion model; choose another method")
+            if len(prompt_ids) + gen_length > predictor.max_length:
+                raise ValueError(f"gen_length: the prompt and the response to the end of its last block "
+                                 f"({len(prompt_ids)} + {gen_length}) exceed the model's {predictor.max_length} "
+                                 "positions; lower gen_length")
         length_search = None
         if gen_length == AUTO:                                  # settings checked first: a bad one runs nothing
             gen_length, length_search = auto_length(predictor, prompt_ids, block_length)
@@ -221,11 +235,16 @@ class Decoding:
     def _open_window(self) -> None:
         """Move to the first window that still has masks (semi-AR blocks left to right) and restart the rule."""
         start = 0 if self.window is None else self.window[1]
-        while start < self.n and not self.masked[start:start + self.width].any():
-            start += self.width
+        while start < self.n and not self.masked[start:self._window_end(start)].any():
+            start = self._window_end(start)
         if start < self.n:
-            self.window = (start, min(start + self.width, self.n))
+            self.window = (start, self._window_end(start))
             self.rule.start(self.window)
+
+    def _window_end(self, start: int) -> int:
+        """End of the window starting at ``start``: a width on (a block-causal model's first block may be cut short by
+        the prompt that fills its beginning, ``align``)."""
+        return min(start + self.width - (start + self.align) % self.width, self.n)
 
     def plan_pass(self) -> Cache | None:
         """Before a forward pass: the cache, told which positions this pass computes (None without a cache)."""
@@ -269,7 +288,7 @@ class Decoding:
         commit, remask, edit = self._checked(choice, pred)
         t2 = time.perf_counter()
         if self.attention is not None and attentions is not None and (self.cache is None or self.cache.refreshed):
-            self.attention.add(len(self.trace.steps), attentions, self.masked, 1.0 - self.masked.float().mean().item())
+            self.attention.add(len(self.trace.steps), attentions, self.masked)
         step = self._record(choice, commit, remask, edit, conf, pred, forward_s, t2 - t1)
         if not self.masked[:self.window[1]].any() and not self.rule.lingers():   # a revising rule may have reopened
             self._open_window()                                                   # an earlier block
@@ -299,7 +318,8 @@ class Decoding:
         before the step, none fixed, each to another token). A step commits at least one position unless its window
         had no mask left or it takes tokens back (the progress invariant, docs/decoding.md §3.2)."""
         commit, remask, edit = (torch.tensor(p, dtype=torch.long) for p in _positions(choice))
-        may_rest = not self.masked[self.window[0]:self.window[1]].any() or remask.numel() > 0
+        may_rest = not self.masked[self.window[0]:self.window[1]].any() or remask.numel() > 0 or \
+            getattr(self.rule, "may_idle", False)           # SDAR: every chosen draw was the mask token (dico.sdar)
         if (commit.numel() == 0 and not may_rest) or not self.masked[commit].all():
             raise RuntimeError(f"rule {self.trace.method} chose no or already decoded positions: {choice.commit}")
         if remask.numel():
@@ -382,9 +402,7 @@ def finish(trace: Trace, predictor: MaskPredictor, response: list[int], vocab: d
     trace.vocab = {str(k): v for k, v in sorted(vocab.items())}
     trace.text = predictor.decode(response)
     trace.nfe = len(trace.steps)
-    trace.wall_s = round(wall_s, 6)
-    decoded = sum(len(s.committed) for s in trace.steps)
-    trace.tokens_per_s = round(decoded / trace.wall_s, 3) if trace.wall_s > 0 else 0.0
+    trace.set_time(wall_s)
     trace.set_answer(predictor.answer_length(response))
     return trace
 
@@ -413,12 +431,17 @@ def pass_limit(rule, gen_length: int, width: int | None) -> int:
 
 
 def _sampler_for(rule) -> Sampler:
-    """A rule's sampler: its settings, the ranking and the precision it scores in."""
+    """A rule's sampler: its settings, the ranking and the precision it scores in (a rule that draws its own tokens,
+    SDAR's, brings its own: ``dico.sdar``)."""
+    if hasattr(rule, "sampler"):
+        return rule.sampler()
     return Sampler(rule.settings, rank=rule.rank, precision=rule.precision)
 
 
 def _cache_for(predictor: MaskPredictor, settings: Settings, prompt_length: int, gen_length: int) -> Cache | None:
     """The decode's KV cache as its settings ask (``dico.cache``); ValueError naming ``cache`` if the model has none."""
+    if predictor.kind == BLOCK_KIND:         # its finished blocks, exact (dico.block)
+        return block_cache_for(predictor, settings, prompt_length, gen_length)
     if settings.cache == "none":
         return None
     forward_for(predictor)

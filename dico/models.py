@@ -1,4 +1,4 @@
-"""Mask predictors: one interface over a plain masked LM, LLaDA and Dream.
+"""Mask predictors: one interface over a plain masked LM, LLaDA, Dream and block diffusion models (``dico.block``).
 
 ``load_model(name_or_path)`` returns a ``MaskPredictor``: ``forward(ids) -> logits`` with logits
 aligned so that ``logits[:, i]`` predicts position i (Dream's shift is undone here, once), plus the
@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from dico.attention import AttentionHooks
+from dico.block import BLOCK_KIND, block_forward, block_size_of, release_imports, release_of
 from dico.cache import cached_forward
 from dico.remote_cache import attach
 from dico.trace import END_TEXTS
@@ -44,9 +45,11 @@ KNOWN_REMOTE = frozenset({
     "GSAI-ML/LLaDA-8B-Instruct", "GSAI-ML/LLaDA-8B-Base", "GSAI-ML/LLaDA-1.5",
     "inclusionAI/LLaDA-MoE-7B-A1B-Instruct", "inclusionAI/LLaDA-MoE-7B-A1B-Base",
     "Dream-org/Dream-v0-Instruct-7B", "Dream-org/Dream-v0-Base-7B",
+    # block diffusion (dico.block): SDAR's chat models (JetAstra/SDAR's model cards)
+    "JetLM/SDAR-1.7B-Chat", "JetLM/SDAR-4B-Chat", "JetLM/SDAR-8B-Chat",
 })
 # Mask tokens as tokenizers spell them, for a model whose config and tokenizer do not name theirs.
-MASK_TOKENS = ("<|mdm_mask|>", "<|mask|>", "[MASK]", "<mask>")
+MASK_TOKENS = ("<|mdm_mask|>", "<|mask|>", "<|MASK|>", "[MASK]", "<mask>")
 
 
 class ModelError(ValueError):
@@ -57,7 +60,7 @@ class ModelError(ValueError):
 class MaskPredictor:
     """A model that predicts every masked position at once, with what decoding needs to drive it."""
     name: str
-    kind: str                      # "masked-lm" | "llada" | "dream"
+    kind: str                      # "masked-lm" | "llada" | "dream" | "block" (block-causal: SDAR, dico.block)
     model: torch.nn.Module
     tokenizer: object
     mask_id: int
@@ -69,6 +72,7 @@ class MaskPredictor:
     hooks: AttentionHooks | None = field(default=None, repr=False)   # LLaDA / Dream: attention recomputed
     eos_ids: tuple = ()                                                # the generation config's EOS ids
     token_frequency: torch.Tensor | None = None   # (v,) CPU: each token's share of the training text (PC-Sampler)
+    block: int | None = None       # a block-causal model's block size (its config's), None for any other kind
     _spacing: str | None = field(default=None, repr=False)
     _stops: frozenset | None = field(default=None, repr=False)
 
@@ -86,6 +90,8 @@ class MaskPredictor:
         their ids, so each row's logits are those of its own sequence alone (``dico.batch``).
         ``cache_rows`` (one ``(KVStore, positions)`` per row) makes it a cached pass (``dico.cache``).
         ``per_layer``: a model whose maps are recomputed (LLaDA, Dream) gives one a layer too, not their mean."""
+        if self.kind == BLOCK_KIND:           # its block-causal mask, or its exact cache of finished blocks
+            return block_forward(self, ids, attention_mask, cache_rows)
         if cache_rows is not None:
             lengths = None if attention_mask is None else attention_mask.sum(dim=1).tolist()
             return cached_forward(self, ids, [s for s, _ in cache_rows], [p for _, p in cache_rows], lengths,
@@ -255,13 +261,31 @@ def _hub_config(name: str) -> dict:
 
 
 def _kind_of(config: dict) -> str:
-    """'dream' (logits shifted by one), 'llada' or 'masked-lm', from the config's model type and architectures."""
+    """'block' (a block diffusion release, ``dico.block``), 'dream' (logits shifted by one), 'llada' or 'masked-lm',
+    from the config's model type and architectures."""
+    if release_of(config) is not None:
+        return BLOCK_KIND
     text = " ".join([str(config.get("model_type", ""))] + list(config.get("architectures") or [])).lower()
     if "dream" in text:
         return "dream"
     if "llada" in text:
         return "llada"
     return "masked-lm"
+
+
+def _block_of(config: dict, label: str) -> int | None:
+    """A block diffusion model's block size (``dico.block``), None for any other model; ModelError, before any of its
+    code runs, for a release the project recognises but does not drive."""
+    release = release_of(config)
+    if release is None:
+        return None
+    if not release.driven:
+        raise ModelError(f"model: {label!r} is {release.name}, a block diffusion model (causal across blocks); "
+                         f"the project recognises it but cannot decode it yet: {release.why_not}")
+    try:
+        return block_size_of(config, release)
+    except ValueError as exc:
+        raise ModelError(f"model: {label!r}: {exc}") from None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -308,7 +332,7 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
     LLaDA and Dream. ``chat``: None uses the tokenizer's chat template when it has one; False never does.
     Every failure is a ``ModelError`` whose message names the model and what to do.
     """
-    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
     folder = embedded_folder(name_or_path)
     name = str(folder) if folder else str(name_or_path)
@@ -325,18 +349,24 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
     dev, dt = default_device_dtype(device, dtype)
     config = _local_config(path) if is_local else _hub_config(name)
     kind = _kind_of(config)
+    block = _block_of(config, label)
     needs_code = kind != "masked-lm" or bool(config.get("auto_map"))
     if needs_code and name not in KNOWN_REMOTE and not trust_remote_code:
         raise ModelError(f"model: {name!r} ships its own code; pass trust_remote_code=True (CLI: --trust-remote-code) "
                          f"if you trust it. Known ids: {', '.join(sorted(KNOWN_REMOTE))}")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=needs_code)
-        if kind == "masked-lm":
+        if kind == BLOCK_KIND:       # the release's code as published, its CPU fallbacks present while it imports
+            with release_imports():
+                tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=True)
+                model = AutoModelForCausalLM.from_pretrained(name, dtype=dt, trust_remote_code=True)
+        elif kind == "masked-lm":
+            tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=needs_code)
             # eager for attention maps, and for relative positions (sdpa would warn and fall back anyway)
             relative = config.get("position_embedding_type", "absolute") != "absolute"
             kwargs = {"attn_implementation": "eager"} if attention or relative else {}
             model = AutoModelForMaskedLM.from_pretrained(name, dtype=dt, trust_remote_code=needs_code, **kwargs)
         else:
+            tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=needs_code)
             model = AutoModel.from_pretrained(name, dtype=dt, trust_remote_code=True)
         model.to(dev).eval()
     except torch.cuda.OutOfMemoryError:
@@ -352,15 +382,15 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
     has_template = getattr(tokenizer, "chat_template", None) is not None
     if chat and not has_template:
         raise ModelError(f"chat: the tokenizer of {label!r} has no chat template")
-    hooks = AttentionHooks.find(model, attention_layers) if attention and kind != "masked-lm" else None
-    if kind != "masked-lm":
+    hooks = AttentionHooks.find(model, attention_layers) if attention and kind in ("llada", "dream") else None
+    if kind in ("llada", "dream"):
         attach(model, kind)         # a cached forward when its modules are LLaDA's or Dream's (dico.remote_cache)
     frequency = path / TOKEN_FREQUENCY
     table = read_token_frequency(frequency, vocab_size or len(tokenizer)) if is_local and frequency.exists() else None
     return MaskPredictor(name=label, kind=kind, model=model, tokenizer=tokenizer, mask_id=mask_id,
                          max_length=max_length, chat=has_template if chat is None else chat,
                          supports_attention=attention and (kind == "masked-lm" or hooks is not None), device=dev,
-                         dtype=dt, hooks=hooks, eos_ids=_generation_eos(name), token_frequency=table)
+                         dtype=dt, hooks=hooks, eos_ids=_generation_eos(name), token_frequency=table, block=block)
 
 
 def read_token_frequency(path: str | os.PathLike, vocab_size: int) -> torch.Tensor:
@@ -384,13 +414,17 @@ def read_token_frequency(path: str | os.PathLike, vocab_size: int) -> torch.Tens
 
 def from_module(model: torch.nn.Module, tokenizer, *, kind: str, mask_id: int, max_length: int, name: str = "custom",
                 chat: bool = False, device: str | torch.device = "cpu",
-                token_frequency: torch.Tensor | None = None) -> MaskPredictor:
+                token_frequency: torch.Tensor | None = None, block: int | None = None) -> MaskPredictor:
     """Wrap an already built module (tests' stand-ins, or a model loaded by hand) as a mask predictor on ``device``
-    (where the module already is); ``token_frequency``: its (v,) table for PC-Sampler (``read_token_frequency``)."""
-    if kind not in ("masked-lm", "llada", "dream"):
-        raise ModelError(f"kind: unknown model kind {kind!r}; choose masked-lm, llada or dream")
-    if kind != "masked-lm":
+    (where the module already is); ``token_frequency``: its (v,) table for PC-Sampler (``read_token_frequency``);
+    ``block``: a block-causal model's block size (kind "block")."""
+    if kind not in ("masked-lm", "llada", "dream", BLOCK_KIND):
+        raise ModelError(f"kind: unknown model kind {kind!r}; choose masked-lm, llada, dream or block")
+    if (kind == BLOCK_KIND) != (block is not None) or (block is not None and block < 1):
+        raise ModelError(f"block: a block-causal model (kind block) needs its block size >= 1, and no other kind "
+                         f"has one; got kind {kind!r} with block {block!r}")
+    if kind in ("llada", "dream"):
         attach(model, kind)
     return MaskPredictor(name=name, kind=kind, model=model.eval(), tokenizer=tokenizer, mask_id=mask_id,
                          max_length=max_length, chat=chat, supports_attention=False, device=torch.device(device),
-                         token_frequency=token_frequency)
+                         token_frequency=token_frequency, block=block)

@@ -375,6 +375,46 @@ REMOTE_VARIANTS = {"llada": ("llada", {}),
 REMOTE_LAYERS = {"llada": "n_layers", "dream": "num_hidden_layers"}        # each config's own name
 
 
+def block_model_folder(path: Path, seed: int = 0, **config) -> Path:
+    """An SDAR-shaped block diffusion model folder (``tests/block_standin.py``, loaded through ``trust_remote_code``
+    with SDAR's own unconditional ``flash_attn`` / ``LossKwargs`` imports): a fast word-level tokenizer whose mask
+    token is SDAR's ``<|MASK|>`` (the config names no mask id, as SDAR's does not), a chat template, an end-of-text
+    token, and ``block_size`` 4 unless ``config`` says otherwise."""
+    import importlib.util
+    import json
+    import shutil
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from dico.block import release_imports
+
+    source = Path(__file__).with_name("block_standin.py")
+    with release_imports():
+        spec = importlib.util.spec_from_file_location("block_standin", source)
+        code = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(code)
+    words = ["<unk>", "<pad>", "<|start|>", "<|endoftext|>", "<|im_end|>", "<|MASK|>"] + REMOTE_WORDS
+    vocab = {w: i for i, w in enumerate(words)}
+    path.mkdir(parents=True, exist_ok=True)
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>",
+                                        eos_token="<|endoftext|>", mask_token="<|MASK|>",
+                                        chat_template=CHAT_TEMPLATE.replace("END", "<|im_end|>"))
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(seed)
+    model = code.SDARStandinForCausalLM(code.SDARStandinConfig(**(dict(vocab_size=len(words)) | config)))
+    model.save_pretrained(path, safe_serialization=True)
+    shutil.copy(source, path / "modeling_standin.py")
+    saved = json.loads((path / "config.json").read_text())
+    saved["architectures"] = ["SDARStandinForCausalLM"]
+    saved["auto_map"] = {"AutoConfig": "modeling_standin.SDARStandinConfig",
+                         "AutoModelForCausalLM": "modeling_standin.SDARStandinForCausalLM"}
+    (path / "config.json").write_text(json.dumps(saved))
+    return path
+
+
 def partial_cached_pass(predictor, run, steps: int = 3):
     """Decode ``steps`` steps of a cached ``Decoding`` (decoded and masked positions both exist), refresh on its
     current ids as if a block started, then make the next pass, one between refreshes: its computed positions and
