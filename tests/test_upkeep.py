@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from dico_ui import limits
 from dico_ui.bounded import Bounded, Line, about
 from dico_ui.limits import LIMITS, Limits
 
@@ -88,6 +89,41 @@ def test_every_cap_lives_in_limits_and_docs_serving_lists_it():
     for name, value in LIMITS.rows():
         assert f"| `{name}` | {value:g} |" in page, name
     assert isinstance(LIMITS, Limits) and about(2) == "a few seconds" and about(41) == "about 40 s"
+
+
+ARENAS = """
+import ctypes, runpy, sys, threading
+runpy.run_path(sys.argv[1])["bound_allocator"](int(sys.argv[2]))
+gate = threading.Barrier(8)
+
+def allocate():                     # eight threads alive at once, each calling malloc (blocks past pymalloc's 512 B)
+    gate.wait()
+    kept = [bytearray(4000) for _ in range(100)]
+    gate.wait()
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+ctypes.CDLL(None).malloc_stats()    # one "Arena n:" section an arena, on stderr
+"""
+
+
+@pytest.mark.skipif(not limits._glibc(), reason="malloc arenas are glibc's")
+def test_the_app_caps_glibcs_malloc_arenas_however_many_threads_allocate():
+    """A Space cannot set MALLOC_ARENA_MAX for its server, so the app calls mallopt itself (``bound_allocator``, at
+    import): eight threads allocating at once get an arena each by glibc's default, and share
+    ``LIMITS.malloc_arenas`` with the cap. (limits.py is run alone, so the test process's own arenas do not count.)"""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")}
+
+    def arenas(cap: int) -> int:
+        done = subprocess.run([sys.executable, "-c", ARENAS, limits.__file__, str(cap)], capture_output=True,
+                              text=True, timeout=60, check=True, env=env)
+        return sum(line.startswith("Arena ") for line in done.stderr.splitlines())
+    # glibc's default: the main arena and one a thread (it fixes a limit, 8 a core, only past 8 arenas)
+    assert arenas(0) == 9 and arenas(LIMITS.malloc_arenas) == LIMITS.malloc_arenas == 2
 
 
 # ============================================================================ downloads on a shared folder
