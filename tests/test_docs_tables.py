@@ -148,9 +148,14 @@ def test_every_result_file_records_the_digest_of_the_weights_it_measured():
     """The index's digest is the record's own: every run writes ``weights`` (``parts.weights_id``), and the shipped
     records of an embedded model's current training step carry the digest of the weights shipped now. (The lead's
     chain-stage run, being written as this lands, is left to its own commit.)"""
+    import argparse
+
     from dico.bench.hardware import training_step
     from dico.bench.parts import weights_id
+    from dico.bench.runner import Session
 
+    about = Session(argparse.Namespace(model="dico-tiny"), (None, None, None), None, 0.0).about()
+    assert about == {"model": "dico-tiny", "model_step": training_step("dico-tiny"), "weights": weights_id("dico-tiny")}
     for path in docs.result_files(ROOT):
         record = json.loads(path.read_text())
         if not isinstance(record, dict) or "model" not in record or path.stem.startswith("table1_chain_long"):
