@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--block-length", type=int, default=DEFAULT_BLOCK_LENGTH,
                      help=f"block size in semi-ar mode (default {DEFAULT_BLOCK_LENGTH})")
     gen.add_argument("--model", default=None,
-                     help="hub id or local folder (default: the embedded model assets/dico-tiny)")
+                     help="an embedded model (dico-tiny, the default; dico-tiny-long for long worked answers at "
+                          "gen 256), a hub id or a local folder")
     gen.add_argument("--trust-remote-code", action="store_true",
                      help="allow a model's own code for ids outside the known LLaDA/Dream list")
     gen.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")

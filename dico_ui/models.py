@@ -17,7 +17,7 @@ except Exception:  # noqa: BLE001 - any failure means "not on ZeroGPU"
     def gpu(fn):
         return fn
 
-from dico.models import EMBEDDED_NAME, MaskPredictor, ModelError, load_model
+from dico.models import EMBEDDED_MODELS, EMBEDDED_NAME, MaskPredictor, ModelError, load_model
 
 log = logging.getLogger("dico_ui")
 
@@ -41,17 +41,21 @@ def gpu_available() -> bool:
     return torch.cuda.is_available() or zero_gpu()
 
 
+# What each embedded model is for, in the model menu.
+EMBEDDED_ROLES = {EMBEDDED_NAME: "embedded, runs anywhere", "dico-tiny-long": "embedded, long worked answers, gen 256"}
+
+
 def model_choices() -> list[tuple[str, str]]:
     gpu = gpu_available()
-    return [(f"{EMBEDDED_NAME} (embedded, runs anywhere)", EMBEDDED_NAME)] + \
+    return [(f"{name} ({EMBEDDED_ROLES[name]})", name) for name in EMBEDDED_MODELS] + \
         [(f"{name} ({'GPU' if gpu else 'needs a GPU'})", hub_id) for hub_id, name in HUB_MODELS.items()]
 
 
 def get_predictor(name: str | None = None) -> MaskPredictor:
     """The shared, loaded-once predictor for ``name`` (None: the embedded model, or $DICO_EMBEDDED_MODEL)."""
     key = name or EMBEDDED_NAME
-    if key != EMBEDDED_NAME and key not in HUB_MODELS:
-        raise ModelError(f"model: {key!r} is not offered here; choose {EMBEDDED_NAME!r} or one of "
+    if key not in EMBEDDED_MODELS and key not in HUB_MODELS:
+        raise ModelError(f"model: {key!r} is not offered here; choose one of {', '.join(EMBEDDED_MODELS)} or "
                          f"{', '.join(HUB_MODELS)}")
     if key in HUB_MODELS and not gpu_available():
         raise ModelError(f"model: {HUB_MODELS[key]} cannot be loaded here: it needs a GPU with about 20 GB of "
@@ -61,9 +65,10 @@ def get_predictor(name: str | None = None) -> MaskPredictor:
             source = (os.environ.get("DICO_EMBEDDED_MODEL") or None) if key == EMBEDDED_NAME else key
             started = time.perf_counter()
             try:
-                _models[key] = load_model(source, device="cuda" if zero_gpu() and key != EMBEDDED_NAME else None)
+                _models[key] = load_model(source or key,
+                                          device="cuda" if zero_gpu() and key not in EMBEDDED_MODELS else None)
             except ModelError as exc:
-                if key == EMBEDDED_NAME:
+                if key in EMBEDDED_MODELS:
                     raise
                 raise ModelError(f"{exc}. The embedded model {EMBEDDED_NAME} keeps working.") from None
             log.info("loaded model %s in %.1f s", key, time.perf_counter() - started)
