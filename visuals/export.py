@@ -1,7 +1,10 @@
-"""A benchmark figure to a file, for README: ``python -m visuals.export ROWS.json OUT.png`` (or ``.svg``, ``.html``).
+"""A benchmark figure or a run's trajectories to a file, for README and docs: ``python -m visuals.export FILE OUT.png``
+(or ``.svg``, ``.html``), FILE a ``python -m dico.bench`` result or a trace bundle.
 
     python -m visuals.export assets/bench/frontier_gen96.json assets/bench/frontier.png   # the frontier figure
     python -m visuals.export assets/bench/table1_gen96.json /tmp/table1.html             # Table 1's accuracy-NFE figure
+    python -m visuals.export assets/ui/long_example_1.json docs/trajectory_long.png --lanes Vanilla,Fast-dLLM,DiCo
+                                                        # the paper's trajectory figure: runs of one prompt side by side
 
 An image needs an engine: kaleido when it is installed (plotly's ``write_image``), else a screenshot by the system
 Chromium that the browser tests drive through Playwright (plotly.js inlined, nothing fetched; PNG only). With
@@ -17,7 +20,9 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from dico.trace import read_traces
 from visuals.bench import accuracy_nfe_figure, frontier_figure
+from visuals.trajectory import trajectories_side_by_side
 
 CHROMIUM = "/usr/bin/chromium"
 WIDTH = 1200
@@ -27,6 +32,29 @@ def rows_figure(path) -> go.Figure:
     """The figure of a ``python -m dico.bench`` result file: the frontier for frontier rows, else accuracy-NFE."""
     rows = json.loads(Path(path).read_text(encoding="utf-8")).get("rows") or []
     return frontier_figure(rows) if rows and "sweep" in rows[0] else accuracy_nfe_figure(rows)
+
+
+def trajectories_figure(path, lanes: str | None = None) -> go.Figure:
+    """The runs of a trace bundle side by side on one step axis, as the paper draws Vanilla, Fast-dLLM and DiCo on
+    one prompt: passes down, positions across. ``lanes``: comma-separated run names to keep, in that order."""
+    traces = read_traces(Path(path).read_bytes())
+    if lanes:
+        by_name = {t.name: t for t in traces}
+        missing = [name for name in lanes.split(",") if name not in by_name]
+        if missing:
+            raise ValueError(f"lanes: no run named {missing[0]!r} in {Path(path).name}; it has "
+                             f"{', '.join(by_name)}")
+        traces = [by_name[name] for name in lanes.split(",")]
+    return trajectories_side_by_side(traces, shared_steps=True)
+
+
+def file_figure(path, lanes: str | None = None) -> go.Figure:
+    """A trace bundle's trajectories (it has "traces" or "steps"), else a bench result's figure."""
+    raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    is_trace = isinstance(raw, list) or (isinstance(raw, dict) and ("traces" in raw or "steps" in raw))
+    if lanes and not is_trace:
+        raise ValueError("lanes: only a trace bundle has lanes to choose")
+    return trajectories_figure(path, lanes) if is_trace else rows_figure(path)
 
 
 def save(fig: go.Figure, path, width: int = WIDTH) -> str:
@@ -79,12 +107,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m visuals.export", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("rows", help="a --json file of python -m dico.bench")
+    parser.add_argument("rows", help="a --json file of python -m dico.bench, or a trace bundle")
     parser.add_argument("out", help="the figure's file: .png, .svg, .pdf or .html")
     parser.add_argument("--width", type=int, default=WIDTH, help=f"pixels (default {WIDTH})")
+    parser.add_argument("--lanes", help="a trace bundle's runs to draw, by name, comma-separated (default all)")
     args = parser.parse_args(argv)
     try:
-        fig = rows_figure(args.rows)
+        fig = file_figure(args.rows, args.lanes)
         engine = save(fig, args.out, args.width)
     except (OSError, ValueError) as exc:          # json's decode error is a ValueError
         print(f"error: {exc}", file=sys.stderr)
