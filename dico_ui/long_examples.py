@@ -20,10 +20,10 @@ LONG_TABLE = ROOT / "assets" / "bench" / "table1_chain_long.json"      # Table 1
 SHORT_TABLE = ROOT / "assets" / "bench" / "table1_gen96.json"           # Table 1 on the short families, dico-tiny
 
 
-def long_examples(path: Path = EXAMPLES) -> list[dict]:
+def long_examples(path: Path | None = None) -> list[dict]:
     """The examples that open on a model of their own from a shipped trace ([] when the file cannot be read)."""
     try:
-        examples = json.loads(path.read_text())["examples"]
+        examples = json.loads((path or EXAMPLES).read_text())["examples"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
     return [e for e in examples if isinstance(e, dict) and e.get("trace") and e.get("model")]

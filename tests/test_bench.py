@@ -14,7 +14,7 @@ from dico.embedded import tasks
 from dico.lanes import default_label
 from dico.loop import pass_limit
 from dico.methods import make_rule
-from dico.settings import METHODS, NON_AR_ONLY
+from dico.settings import METHODS, decodes_in
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ def test_table1_rows_at_two_lengths_side_by_side(tmp_path):
     assert {(r["method"], r["label"], r["mode"], r["task"], r["gen_length"]) for r in rows} == {
         (m, label, mode, t, g) for m, label in configs for mode in ("non-ar", "semi-ar")
         for t in tasks.SHORT_FAMILIES for g in (16, 24)
-        if not (mode == "semi-ar" and m in NON_AR_ONLY)}        # every short family; ReMDM non-AR only
+        if decodes_in(m, mode)}                                 # every short family, every mode the method decodes in
     assert {r["settings"].get("authors_code") for r in rows if r["label"] == "DiCo (authors' code)"} == {True}
     for r in rows:
         assert set(ROW_FIELDS) <= r.keys() and r["n"] == 2
@@ -278,6 +278,48 @@ def test_a_long_run_killed_halfway_goes_on_from_its_saved_parts(tmp_path, monkey
     assert len(decoded) == 2                                            # other weights: nothing reused
     assert weights_id(None).startswith("sha256:") and weights_id("GSAI-ML/LLaDA-8B-Instruct") == \
         "GSAI-ML/LLaDA-8B-Instruct"
+
+
+def test_table1_with_parts_saves_every_configs_chunk_and_a_rerun_or_a_larger_run_reuses_them(tmp_path, monkeypatch):
+    """A gen-256 cell of 100 items is an hour of one core: with a store Table 1 decodes its items a chunk at a time,
+    every config's chunk before the next chunk, so a run stopped anywhere keeps the same items for every config; a
+    rerun decodes only what is missing, a run with more items reuses the first ones, and the rows are those of one
+    uninterrupted run."""
+    import dico
+    from dico.bench import benchmark, core
+    from dico.bench.parts import Parts
+
+    predictor = dico.load_model(attention=False)
+    configs, lengths = [benchmark.TABLE[0], ("Top-2 per step", "topk", {"k": 2})], ((16, 8),)
+    monkeypatch.setattr(benchmark, "CHUNK_ITEMS", 1)
+    store = Parts(tmp_path, {"bench": core.TABLE_CELLS, "weights": "w"})
+    decoded, real = [], benchmark.decode_cell
+
+    def counted(predictor, cell, items, *rest):
+        if stop_at is not None and len(decoded) == stop_at:
+            raise KeyboardInterrupt
+        decoded.append((cell.label, items[0].prompt))
+        return real(predictor, cell, items, *rest)
+
+    monkeypatch.setattr(benchmark, "decode_cell", counted)
+    stop_at = 3
+    with pytest.raises(KeyboardInterrupt):
+        benchmark.run(predictor, configs, ("word",), ("non-ar",), 2, lengths, 2, progress=False, store=store)
+    first, second = (item.prompt for item in tasks.make_split("word", "test", 2))
+    assert decoded == [("Vanilla", first), ("Top-2 per step", first), ("Vanilla", second)]   # chunk by chunk
+
+    stop_at = None
+    rows = benchmark.run(predictor, configs, ("word",), ("non-ar",), 2, lengths, 2, progress=False, store=store)
+    assert decoded[3:] == [("Top-2 per step", second)]                  # only the missing chunk decoded
+    more = benchmark.run(predictor, configs, ("word",), ("non-ar",), 3, lengths, 2, progress=False, store=store)
+    assert len(decoded) == 6 and {prompt for _, prompt in decoded[4:]} == \
+        {tasks.make_split("word", "test", 3)[2].prompt}                 # a larger run decodes the new item only
+    whole = benchmark.run(predictor, configs, ("word",), ("non-ar",), 2, lengths, 2, progress=False)
+
+    def strip(rs):
+        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "speedup_wall")} for r in rs]
+
+    assert strip(rows) == strip(whole) and [r["n"] for r in more] == [3, 3]
 
 
 def _bench_imports() -> dict[str, list[tuple[str, str]]]:

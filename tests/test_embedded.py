@@ -106,3 +106,42 @@ def test_decoding_a_tokenized_text_gives_it_back(predictor):
             assert predictor.decode(ids + [predictor.tokenizer.eos_token_id]) == text
             checked += 1
     assert checked >= 100
+
+
+# ---------------------------------------------------------------------------- the long-answer model beside it
+
+def test_the_long_answer_model_loads_offline_by_name_and_the_default_stays_dico_tiny():
+    from dico.models import EMBEDDED_MODELS, train_log
+
+    folder = EMBEDDED_MODELS["dico-tiny-long"]
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "README.md", "train_log.json",
+                 "token_frequency.json"):
+        assert (folder / name).exists(), name
+    assert (folder / "model.safetensors").stat().st_size <= 25 * 2**20
+    long = dico.load_model("dico-tiny-long", attention=False)
+    assert long.name == "dico-tiny-long" and long.kind == "masked-lm" and long.token_frequency is not None
+    assert train_log("dico-tiny-long")["step"] > train_log("dico-tiny")["step"]         # trained further
+    assert dico.load_model(attention=False).name == dico.EMBEDDED_NAME == "dico-tiny"
+
+
+def test_the_long_answer_model_writes_a_worked_chain_answer_that_fills_gen_256():
+    """What it is for: a held-out chain problem answered right, every change worked out, at the paper's length."""
+    long = dico.load_model("dico-tiny-long", attention=False)
+    item = tasks.make_split("chain", "test", 1)[0]
+    trace = dico.generate(long, item.prompt, "fast", gen_length=256)
+    assert tasks.check(item, trace.text), trace.text
+    assert trace.text.count("Step ") >= 4 and trace.answer_length > 96
+
+
+def test_an_unknown_model_name_is_refused_naming_the_embedded_ones():
+    with pytest.raises(dico.ModelError, match="dico-tiny, dico-tiny-long"):
+        dico.load_model("dico-tiny-longer")
+
+
+def test_the_long_models_card_cites_only_files_that_are_committed():
+    from dico.models import EMBEDDED_MODELS
+
+    root = EMBEDDED_MODELS["dico-tiny-long"].parent.parent
+    card = (EMBEDDED_MODELS["dico-tiny-long"] / "README.md").read_text()
+    cited = set(re.findall(r"`(assets/bench/[\w.-]+\.(?:json|md))`", card))
+    assert cited and all((root / path).exists() for path in cited if "chain_long" not in path), cited

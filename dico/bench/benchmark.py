@@ -22,6 +22,7 @@ from dico.bench.core import (
     QUICK_ITEMS,
     REFERENCE,
     TABLE,
+    TABLE_CELLS,
     Cell,
     add_counts,
     cell_counts,
@@ -122,7 +123,7 @@ def measure_table(plan: TablePlan, session: Session) -> Report:
     print(f"{title}: model {session.model_name()}, gen/block {', '.join(f'{g}/{b}' for g, b in plan.lengths)}, "
           f"{plan.n_items} held-out items per task, batch size {plan.batch_size}, on {where}", flush=True)
     # the saved chunks' key: what every chunk's counts depend on beyond its own config and items
-    store = Parts(plan.parts, {"bench": "table cells", "weights": weights_id(session.args.model),
+    store = Parts(plan.parts, {"bench": TABLE_CELLS, "weights": weights_id(session.args.model),
                                **decoded_on(session.model), "batch_size": plan.batch_size}) if plan.parts else None
     rows, how = run_parts(partial(run, store=store), session.model, plan.configs, plan.families, plan.modes,
                           plan.n_items, plan.lengths, plan.batch_size, plan.jobs, None, session.predictor,

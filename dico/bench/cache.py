@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from dico.bench import options
-from dico.bench.core import LENGTHS, text_digest, wilson
+from dico.bench.core import LENGTHS, TABLE_CELLS, text_digest, wilson
 from dico.bench.hardware import counted, decoded_on
 from dico.bench.parts import Parts, in_processes, weights_id
 from dico.bench.runner import Report, Session, Subcommand, add_measure
@@ -209,26 +209,40 @@ def _joined(decodes: list[dict]) -> dict:
 
 
 def table1_none(saved, weights: str, n_items: int, families, case) -> dict | None:
-    """The decodes without a cache of an accuracy case, from Table 1's saved parts (``table1_parts``) of the same
-    weights and items: NFE, token forwards, and per item (families in order) whether it was right and its text's
-    digest. None if a family's part is missing (Table 1 not run there, or on other weights)."""
+    """The decodes without a cache of an accuracy case, from Table 1's saved chunks (``table1_parts``) of the same
+    weights: NFE, token forwards, and per item (families in order) whether it was right and its text's digest.
+    None if a family's first ``n_items`` items are not covered by saved chunks (Table 1 not run there, or on other
+    weights)."""
     method, mode, gen, block = case[:4]
     per_family = []
     for family in families:
-        want = {"family": family, "gen_length": gen, "mode": mode}
-        row = next((r for key, rows in saved if key.get("weights") == weights
-                    and key.get("items") == n_items and all(key["part"].get(k) == v for k, v in want.items())
-                    and (mode != SEMI_AR or key["part"].get("block_length") == block)
-                    for r in rows if r["method"] == method and r["settings"] == {} and "outcomes" in r), None)
-        if row is None:
+        want = [method, {}, mode, family, gen, block if mode == SEMI_AR else None]
+        chunks = {tuple(key["part"]["items"]): counts for key, counts in saved
+                  if key.get("weights") == weights and key["part"]["cell"][1:] == want}
+        covered = _tiling(chunks, n_items)
+        if covered is None:
             return None
-        per_family.append({"nfe": row["nfe_mean"] * row["n"], "forwards": row["token_forwards_mean"] * row["n"],
-                           "right": [int(c) for c in row["outcomes"]["correct"]], "texts": row["outcomes"]["text"]})
+        outcomes = [o for counts in covered for o in counts["outcomes"]]
+        per_family.append({"nfe": sum(c["nfe"] for c in covered), "forwards": sum(c["forwards"] for c in covered),
+                           "right": [int(right) for right, _ in outcomes], "texts": [text for _, text in outcomes]})
     return _joined(per_family)
 
 
-def table1_parts(folder) -> list[tuple[dict, list[dict]]]:
-    """Every Table 1 part saved in ``folder`` (Table 1's ``--parts``): its key and rows."""
+def _tiling(chunks: dict, n_items: int) -> list | None:
+    """Saved chunks (keyed by their item span) that cover items 0 to ``n_items`` one after another, or None."""
+    covered, at = [], 0
+    while at < n_items:
+        span = max((span for span in chunks if span[0] == at and span[1] <= n_items), default=None,
+                   key=lambda span: span[1])
+        if span is None:
+            return None
+        covered.append(chunks[span])
+        at = span[1]
+    return covered
+
+
+def table1_parts(folder) -> list[tuple[dict, dict]]:
+    """Every Table 1 chunk saved in ``folder`` (Table 1's ``--parts``): its key and counts."""
     import json
     from pathlib import Path
 
@@ -238,7 +252,7 @@ def table1_parts(folder) -> list[tuple[dict, list[dict]]]:
             saved = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if saved.get("key", {}).get("bench") == "Table 1 (small scale)":
+        if saved.get("key", {}).get("bench") == TABLE_CELLS:
             found.append((saved["key"], saved["rows"]))
     return found
 

@@ -154,6 +154,7 @@ def decode_cell(predictor, cell: Cell, items, batch_size: int, bar) -> None:
 # a gen-256 cell of 100 items is an hour of one CPU core, and a run stopped at any point keeps whole chunks, the
 # same items for every config.
 CHUNK_ITEMS = 25
+TABLE_CELLS = "table cells"      # the saved chunks' bench name (the cache bench reads Table 1's decodes from them)
 _COUNTS = ("correct", "n", "nfe", "answer_nfe", "forwards", "passes", "wall")
 
 
