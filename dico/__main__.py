@@ -63,8 +63,10 @@ def add_settings_options(parser: argparse.ArgumentParser) -> None:
             if spec.type is bool:
                 group.add_argument(_option(spec.name), action=argparse.BooleanOptionalAction, default=None,
                                    help=text)
-            elif spec.choices:
-                group.add_argument(_option(spec.name), choices=spec.choices, default=None, help=text)
+            elif spec.choices:                  # every method's choices for a shared name; its settings check which
+                choices = dict.fromkeys(c for other_cls in SETTINGS.values() for other in specs(other_cls)
+                                        if other.name == spec.name for c in other.choices or ())
+                group.add_argument(_option(spec.name), choices=list(choices), default=None, help=text)
             else:
                 group.add_argument(_option(spec.name), type=spec.type, default=None, metavar=spec.type.__name__.upper(),
                                    help=f"{text}, in {spec.interval()}")

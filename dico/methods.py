@@ -11,12 +11,13 @@ from dico.editing import JointThreshold, TokenToMask
 from dico.field_rules import EntropyBounded, KLAdaptive, Saber, WideInNarrowOut
 from dico.rules import FastFactor, FastThreshold, Rule, TopK, Vanilla
 from dico.rules_2026 import Credit, Hierarchy, PCSampler, Prophet, ReMDM
+from dico.sdar import SDARRule
 from dico.settings import METHOD_LABELS, NON_AR, Settings, settings_for
 
 RULES = {"vanilla": Vanilla, "topk": TopK, "fast": FastThreshold, "fast-factor": FastFactor, "dico": DiCo,
          "eb": EntropyBounded, "klass": KLAdaptive, "wino": WideInNarrowOut, "saber": Saber,
          "llada21": JointThreshold, "t2m": TokenToMask, "hierarchy": Hierarchy, "credit": Credit,
-         "pc_sampler": PCSampler, "prophet": Prophet, "remdm": ReMDM}
+         "pc_sampler": PCSampler, "prophet": Prophet, "remdm": ReMDM, "sdar": SDARRule}
 
 
 def make_rule(method: str, mode: str = NON_AR, settings: Settings | dict | None = None) -> Rule:

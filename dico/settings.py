@@ -462,6 +462,25 @@ class ReMDMSettings(SamplingSettings):
                               range=(0, 100000), step=1)
 
 
+@dataclass(frozen=True)
+class SDARSettings(SamplingSettings):
+    """SDAR's ``block_diffusion_generate`` (JetAstra/SDAR ``generate.py``, docs/decoding.md §11.4): every masked
+    position of the block drawn from the model's distribution at temperature 1 with a seeded generator (the shared
+    ``random_seed``), then a share of the block committed a pass by its remasking strategy. Its draw replaces the
+    shared temperature, top_p and top_k."""
+    method = "sdar"
+    remasking: str = setting("low_confidence_dynamic", "which drawn tokens a pass commits: low_confidence_dynamic "
+                             "(every one whose probability is above threshold when they are at least the pass's "
+                             "share, else the share with the highest probabilities), low_confidence_static (that "
+                             "share only) or sequential (the share left to right from the first mask)",
+                             choices=("low_confidence_dynamic", "low_confidence_static", "sequential"))
+    threshold: float = setting(0.85, "low_confidence_dynamic: commit every drawn token whose probability is above "
+                               "this", range=(0.0, 1.0), step=0.01)
+    steps: int = setting(4, "denoising passes a block: the block's positions split evenly over them (the first "
+                         "passes take one more when they do not divide)", range=(1, 4096), step=1,
+                         code="4 in generate.py's command line; 8 as block_diffusion_generate's default")
+
+
 def _authors_code() -> dict:
     """The DiCo settings with which the project decodes as the authors' release does (docs/decoding.md §6.6, "Where
     the authors' code does otherwise"): every ``code=`` value recorded in DiCoSettings, so the preset cannot drift from
@@ -484,14 +503,14 @@ LLaDA21Settings.presets = {"speed_mode": {"threshold": 0.5, "edit_threshold": 0.
 SETTINGS = {cls.method: cls for cls in (VanillaSettings, TopKSettings, FastSettings, FastFactorSettings, DiCoSettings,
                                         EBSettings, KLASSSettings, WINOSettings, SaberSettings, LLaDA21Settings,
                                         T2MSettings, HierarchySettings, CreditSettings, PCSamplerSettings,
-                                        ProphetSettings, ReMDMSettings)}
+                                        ProphetSettings, ReMDMSettings, SDARSettings)}
 METHODS = tuple(SETTINGS)
 METHOD_LABELS = {"vanilla": "Vanilla", "topk": "Top-k per step", "fast": "Fast-dLLM",
                  "fast-factor": "Fast-dLLM (factor)",
                  "dico": "DiCo", "eb": "EB-Sampler", "klass": "KLASS", "wino": "WINO", "saber": "Saber",
                  "llada21": "LLaDA 2.1", "t2m": "Token-to-mask", "hierarchy": "dInfer hierarchy",
                  "credit": "dInfer credit", "pc_sampler": "PC-Sampler",
-                 "prophet": "Prophet", "remdm": "ReMDM"}
+                 "prophet": "Prophet", "remdm": "ReMDM", "sdar": "SDAR"}
 # The decoders that may take committed tokens back (a step's ``remasked``); a run of them ends at the pass limit.
 REVISING = ("wino", "saber", "t2m", "remdm")
 # The decoders whose published code decodes the whole response at once (a semi-AR request is refused).

@@ -30,7 +30,7 @@ PHASES = {"vanilla": {"vanilla"}, "topk": {"vanilla"}, "fast": {"fast"}, "fast-f
           "dico": {"divide", "conquer", "finalize"}, "eb": {"vanilla"}, "klass": {"fast", "vanilla"},
           "wino": {"fast"}, "saber": {"fast"}, "llada21": {"fast", "edit"}, "t2m": {"fast", "edit"},
           "hierarchy": {"fast"}, "credit": {"fast"}, "pc_sampler": {"vanilla"}, "prophet": {"vanilla", "fast"},
-          "remdm": {"vanilla"}}
+          "remdm": {"vanilla"}, "sdar": {"vanilla", "fast"}}
 SETTINGS = {
     "vanilla": [{}],
     "topk": [{}, {"k": 1}, {"k": 3}],
@@ -49,6 +49,8 @@ SETTINGS = {
     "pc_sampler": [{}, {"num_transfer_tokens": 3, "clip_alpha": 1.0}, {"lambd": 0.25}],
     "prophet": [{}, {"early": 0.5, "mid": 0.5, "late": 0.5}, {"answer_start": 3, "answer_length": 2}],
     "remdm": [{}, {"init_unmask_ratio": 1.0, "loop_steps": 3}, {"init_unmask_ratio": 0.5, "unmask_k": 1}],
+    "sdar": [{}, {"remasking": "low_confidence_static", "steps": 3}, {"remasking": "sequential", "random_seed": 5},
+             {"threshold": 0.0, "steps": 1}],
 }
 # ReMDM decodes non-AR only, and its ratio must give whole tokens (its code asserts both)
 NON_AR_ONLY = {"remdm"}
