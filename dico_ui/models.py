@@ -21,8 +21,11 @@ from dico.models import EMBEDDED_MODELS, EMBEDDED_NAME, MaskPredictor, ModelErro
 
 log = logging.getLogger("dico_ui")
 
-# The hub models offered in the model menu; they need a GPU with about 20 GB of memory.
-HUB_MODELS = {"GSAI-ML/LLaDA-8B-Instruct": "LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B": "Dream-7B-Instruct"}
+# The hub models offered in the model menu; they need a GPU with about 20 GB of memory. SDAR is a block diffusion
+# model: causal from block to block and bidirectional inside one, it decodes a block of 4 tokens at a time and keeps
+# the finished blocks' keys and values exactly, as an autoregressive model keeps its past (docs/decoding.md §11).
+HUB_MODELS = {"GSAI-ML/LLaDA-8B-Instruct": "LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B": "Dream-7B-Instruct",
+              "JetLM/SDAR-4B-Chat": "SDAR-4B-Chat, block diffusion: semi-AR, blocks of 4"}
 WARM_UP_PROMPT = "Tom has 5 apples. He buys 3 more apples. How many apples does Tom have now?"
 WARM_UP_LENGTH = 8
 
@@ -89,7 +92,13 @@ def warm_up(name: str | None = None) -> None:
     key = name or EMBEDDED_NAME
     if key in _warm:
         return
-    generate(get_predictor(key), WARM_UP_PROMPT, "vanilla", gen_length=WARM_UP_LENGTH)
+    predictor = get_predictor(key)
+    if predictor.block:             # a block diffusion model decodes its own blocks, semi-AR (dico.block)
+        block = predictor.block
+        generate(predictor, WARM_UP_PROMPT, "vanilla", mode="semi-ar", block_length=block,
+                 gen_length=-(-WARM_UP_LENGTH // block) * block)
+    else:
+        generate(predictor, WARM_UP_PROMPT, "vanilla", gen_length=WARM_UP_LENGTH)
     mark_warm(key)
 
 
