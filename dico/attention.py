@@ -24,6 +24,20 @@ from torch import nn
 HEAD_CHUNK = 8          # heads scored at once; bounds the transient memory above
 
 
+def response_rows(attention: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    """The response queries' rows of an (l, l) attention map as a trace keeps them (``AttentionStages.matrix``):
+    (n, n + 1), the prompt's keys summed in column 0, then the n response keys."""
+    rows = attention[m:m + n]                                                                # n, l
+    return torch.cat([rows[:, :m].sum(dim=1, keepdim=True), rows[:, m:m + n]], dim=1)
+
+
+def stage_index(masked: torch.Tensor, stages: int) -> int:
+    """Which of ``stages`` equal shares of progress a state of the response's (n,) mask falls in, by its unmasked
+    fraction in float32 (the last share takes a finished response)."""
+    unmasked = 1.0 - masked.float().mean().item() if masked.numel() else 0.0
+    return min(int(unmasked * stages), stages - 1)
+
+
 def _config_value(config, *names, default=None):
     for name in names:
         value = getattr(config, name, None)

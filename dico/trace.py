@@ -66,13 +66,12 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from dico.lanes import default_label, distinct_settings
-from dico.settings import MAX_POST_EDIT_STEPS, SETTINGS
+from dico.settings import MAX_POST_EDIT_STEPS, MODES, SETTINGS
 
 SCHEMA = "dico-trace/4"
 READABLE_SCHEMAS = ("dico-trace/1", "dico-trace/2", "dico-trace/3", SCHEMA)
 # "edit": a pass over a window with no mask left that may only edit it (LLaDA 2.1's post-edit passes)
 PHASES = ("vanilla", "fast", "divide", "conquer", "finalize", "edit")
-MODES = ("non-ar", "semi-ar")
 MAX_JSON_BYTES = 20 * 1024 * 1024
 BUNDLE_SCHEMA = "dico-bundle/1"      # the app's download: several traces of one run in one file
 MAX_BUNDLE_TRACES = 16
@@ -253,6 +252,12 @@ class Trace:
     @property
     def padding_tokens(self) -> int:
         return self.gen_length - self.answer_length
+
+    def set_time(self, wall_s: float) -> None:
+        """Record the seconds the run took and its speed: the tokens its steps committed, a second of them."""
+        self.wall_s = round(wall_s, 6)
+        decoded = sum(len(s.committed) for s in self.steps)
+        self.tokens_per_s = round(decoded / self.wall_s, 3) if self.wall_s > 0 else 0.0
 
     def set_answer(self, answer_length: int) -> None:
         """Record where the answer ends, and the forward pass that completed it."""
