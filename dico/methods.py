@@ -12,7 +12,7 @@ from dico.field_rules import EntropyBounded, KLAdaptive, Saber, WideInNarrowOut
 from dico.rules import FastFactor, FastThreshold, Rule, TopK, Vanilla
 from dico.rules_2026 import Credit, Hierarchy, PCSampler, Prophet, ReMDM
 from dico.sdar import SDARRule
-from dico.settings import METHOD_LABELS, NON_AR, Settings, settings_for
+from dico.settings import METHOD_LABELS, NON_AR, Settings, decodes_in, settings_for
 
 RULES = {"vanilla": Vanilla, "topk": TopK, "fast": FastThreshold, "fast-factor": FastFactor, "dico": DiCo,
          "eb": EntropyBounded, "klass": KLAdaptive, "wino": WideInNarrowOut, "saber": Saber,
@@ -40,9 +40,13 @@ ASKED = {"cache": (lambda settings, attention: settings.cache != "none", "set ca
 
 def admit(method: str, mode: str = NON_AR, settings: Settings | dict | None = None, gen_length: int | None = None,
           width: int | None = None, capture_attention: bool = False) -> Rule:
-    """The rule for a run, or ValueError naming the field, before anything runs: its settings (``make_rule``), what
-    the rule cannot do (``Rule.cannot``) and, given the lengths, its plan of them (LLaDA's steps over the blocks).
-    The loop, a fork's switch of rule and every request parse (page, API, CLI, fork) call this one function."""
+    """The rule for a run, or ValueError naming the field, before anything runs: the mode (``decodes_in``), its
+    settings (``make_rule``), what the rule cannot do (``Rule.cannot``) and, given the lengths, its plan of them
+    (LLaDA's steps over the blocks). The loop, a fork's switch of rule and every request parse (page, API, CLI,
+    fork) call this one function."""
+    if not decodes_in(method, mode):
+        raise ValueError(f"mode: {METHOD_LABELS[method]} decodes the whole response at once (its published code "
+                         "ignores the block length); use mode non-ar")
     rule = make_rule(method, mode, settings)
     for name, why in rule.cannot.items():
         asked, instead = ASKED[name]

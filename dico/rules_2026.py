@@ -165,10 +165,7 @@ class ReMDM(Rule):
         return 2 * self.settings.loop_steps
 
     def plan(self, gen_length: int, width: int) -> None:
-        cfg = self.settings
-        if width != gen_length:
-            raise ValueError("mode: ReMDM decodes the whole response at once (its code ignores the block length); "
-                             "use mode non-ar")
+        cfg = self.settings                                  # non-AR only: ``admit`` refuses semi-AR
         initial = gen_length * cfg.init_unmask_ratio
         if abs(initial - round(initial)) > 1e-9 or round(initial) % cfg.unmask_k or gen_length % cfg.unmask_k:
             raise ValueError(f"init_unmask_ratio: gen_length {gen_length} x {cfg.init_unmask_ratio} must be a whole "

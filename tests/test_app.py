@@ -10,7 +10,7 @@ import dico
 from dico.embedded import tasks
 from dico.embedded.scope import task_shape
 from dico.lanes import MAX_LANES
-from dico.settings import METHODS, NON_AR_ONLY, SETTINGS, DiCoSettings, specs
+from dico.settings import METHODS, SETTINGS, DiCoSettings, decodes_in, specs
 from near_ties import first_difference, steps_of
 
 gr = pytest.importorskip("gradio")
@@ -192,7 +192,7 @@ def test_stop_ends_a_run_still_waiting_in_the_queue(app_module):
 
 
 def test_semi_ar_race_with_every_method(app_module, predictor):
-    semi_ar = [m for m in METHODS if m not in NON_AR_ONLY]        # ReMDM refuses semi-AR (tests/test_rules_2026)
+    semi_ar = [m for m in METHODS if decodes_in(m, "semi-ar")]
     for race_ in (semi_ar[i:i + MAX_LANES] for i in range(0, len(semi_ar), MAX_LANES)):     # six lanes at most
         *_, result = run(prompt=LIST, gen_length=32, mode="semi-ar", methods=race_)
         assert [t.method for t in result["traces"]] == list(race_)

@@ -6,7 +6,7 @@ import pytest
 import dico
 from dico.batch import decode_batch, generate_batch
 from dico.embedded import tasks
-from dico.settings import METHODS, MODES, NON_AR_ONLY, REVISING
+from dico.settings import METHODS, MODES, REVISING, decodes_in
 from near_ties import ROUNDING, TOLERANCE, first_difference, steps_of
 from standins import TEST_DEVICE
 
@@ -53,7 +53,7 @@ def test_prompts_have_different_lengths(predictor, prompts):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode, method", [(mode, m) for m in METHODS for mode in MODES
-                                          if not (mode == "semi-ar" and m in NON_AR_ONLY)])      # ReMDM: non-AR only
+                                          if decodes_in(m, mode)])
 def test_every_row_of_a_batch_decodes_as_its_prompt_alone(predictor, prompts, method, mode, logit_noise):
     # batch_size 3 < 5 prompts: rows finish, leave, and waiting prompts join mid-run
     if method in REVISING and logit_noise:

@@ -13,7 +13,7 @@ import torch
 
 import dico
 from dico.embedded import tasks
-from dico.settings import METHODS, MODES, NON_AR_ONLY
+from dico.settings import METHODS, MODES, decodes_in
 from near_ties import first_difference, steps_of
 from standins import remote_model_folder
 
@@ -66,7 +66,7 @@ def test_the_models_are_where_they_were_asked_to_be(embedded):
 
 
 # every method in every mode it runs (ReMDM refuses semi-AR, as its code ignores the block length)
-CASES = [(mode, m) for m in METHODS for mode in MODES if not (mode == "semi-ar" and m in NON_AR_ONLY)]
+CASES = [(mode, m) for m in METHODS for mode in MODES if decodes_in(m, mode)]
 
 
 @pytest.mark.parametrize("mode, method", CASES)

@@ -69,7 +69,7 @@ def test_the_model_runs_on_the_accelerator(gpu):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode, method", [(mode, m) for m in dico.METHODS for mode in MODES
-                                          if not (mode == "semi-ar" and m in dico.settings.NON_AR_ONLY)])
+                                          if dico.settings.decodes_in(m, mode)])
 def test_every_method_and_mode_decodes_as_on_the_cpu_with_attention_maps(cpu, gpu, method, mode):
     maps = method != "wino"                                  # WINO's mirrored pass returns no attention maps
     want, got = decode_both(cpu, gpu, method, mode, capture_attention=maps)

@@ -269,7 +269,7 @@ def test_remote_code_models_decode_with_every_method_stop_at_their_end_token_and
     p = load_model(remote[kind], trust_remote_code=True)
     end = p.tokenizer.get_vocab()[END_TOKEN[kind]]
     for method in dico.METHODS:
-        if mode == "semi-ar" and method in dico.settings.NON_AR_ONLY:      # ReMDM: refused (tests/test_rules_2026)
+        if not dico.settings.decodes_in(method, mode):
             continue
         extra = {"init_unmask_ratio": 0.75} if method == "remdm" else {}   # 12 x 0.875 is not a whole token count
         trace = dico.generate(p, "w1 w2 w3", method, mode=mode, gen_length=12, block_length=6,

@@ -99,7 +99,7 @@ def block_script(n: int, block: int):
     return script
 
 
-@pytest.mark.parametrize("method", [m for m in dico.METHODS if m != "wino" and m not in dico.settings.NON_AR_ONLY])
+@pytest.mark.parametrize("method", [m for m in dico.METHODS if m != "wino" and dico.settings.decodes_in(m, "semi-ar")])
 def test_semi_ar_never_commits_outside_the_open_block_but_what_it_took_back(method):
     trace = run(block_script(12, 4), 12, method=method, mode="semi-ar", block_length=4)
     windows = [tuple(s.window) for s in trace.steps]
