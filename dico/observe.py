@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dico.attention import response_rows, stage_index
 from dico.sampling import Sampler
 from dico.settings import SETTINGS
 from dico.trace import CLASH_MARK, FLOOR_BOUND, STAGES, Trace
@@ -257,10 +258,9 @@ def layer_maps(predictor, trace: Trace) -> ByLayer:
             counts = torch.zeros(len(STAGES), n, dtype=torch.float64)
         for row, tokens in enumerate(chunk):
             masked = torch.tensor([t is None for t in tokens])
-            stage, masked = STAGES.index(_stage(masked)), masked.double()
+            stage, masked = stage_index(masked, len(STAGES)), masked.double()
             for layer, a in enumerate(maps):
-                rows = a[row].float().mean(dim=0)[m:m + n].double().cpu()              # n, l
-                keyed = torch.cat([rows[:, :m].sum(dim=1, keepdim=True), rows[:, m:m + n]], dim=1)
+                keyed = response_rows(a[row].float().mean(dim=0).double().cpu(), m, n)     # n, n + 1
                 sums[stage, layer] += keyed * masked[:, None]
             counts[stage] += masked
     out = ByLayer()
@@ -285,13 +285,7 @@ def layer_locality(predictor, trace: Trace, w: int = WITHIN, among: set[int] | N
 
 def stage_of(trace: Trace, at: int) -> str:
     """The stage (``STAGES``) a step falls in, by the unmasked fraction before it, as the attention stages split."""
-    return _stage(torch.tensor([t is None for t in trace.tokens_before(at)]))
-
-
-def _stage(masked: torch.Tensor) -> str:
-    """The stage of a state by its (n,) mask, its unmasked fraction in float32 as the loop's capture splits them."""
-    unmasked = 1.0 - masked.float().mean().item() if masked.numel() else 0.0
-    return STAGES[min(int(unmasked * len(STAGES)), len(STAGES) - 1)]
+    return STAGES[stage_index(torch.tensor([t is None for t in trace.tokens_before(at)]), len(STAGES))]
 
 
 # Observation III: moderate, stable confidence forms clusters that soon become sure. The band is DiCo's own pair of
@@ -362,9 +356,10 @@ def _runs(positions: list[int]) -> list[list[int]]:
 @dataclass
 class Floor:
     """A decode that commits, each step, the most confident masked positions of the window one by one while the
-    step's clash stays within ``bound`` nats: the fewest steps this model allows without committing tokens that
-    clash. ``nfe`` is its steps (what a decoder that knew the clash would pay); ``passes`` every pass it spent,
-    the conditionals that checked each addition included; ``answer_nfe`` the steps until the last answer token was
+    step's clash stays within ``bound`` nats, ending the step at the first that would not: a greedy bound on the steps
+    this model needs without committing tokens that clash (another order of commits may need fewer). ``nfe`` is its
+    steps (what a decoder that knew the clash would pay); ``passes`` every pass it spent, the conditionals that
+    checked each addition included; ``answer_nfe`` the steps until the last answer token was
     committed (the answer: the positions before the first end-of-text); ``token_forwards`` the positions its passes
     put through the model."""
     response: list[int]

@@ -56,10 +56,7 @@ class Frame:
 def own_time(trace: Trace) -> Trace:
     """Time a run spent on its own steps (forward passes and selection). Interleaved methods share the clock,
     so the trace's wall time would also count the other methods' steps."""
-    spent = sum(s.forward_s + s.select_s for s in trace.steps)
-    decoded = sum(len(s.committed) for s in trace.steps)
-    trace.wall_s = round(spent, 6)
-    trace.tokens_per_s = round(decoded / spent, 3) if spent > 0 else 0.0
+    trace.set_time(sum(s.forward_s + s.select_s for s in trace.steps))
     return trace
 
 
