@@ -75,21 +75,28 @@ def start_server(log: Path) -> tuple[subprocess.Popen, str]:
 
 
 class Soak:
-    def __init__(self, url: str, gen: int):
+    def __init__(self, url: str, gen: int, timeout: float = 60.0):
         from gradio_client import Client
-        self.Client, self.url, self.gen = Client, url, gen
+        self.Client, self.url, self.gen, self.timeout = Client, url, gen, timeout
         self.closers = ThreadPoolExecutor(8)            # Client.close waits up to 1 s for its heartbeat thread
 
     def client(self):
-        # gradio_client's requests time out after 5 s (httpx's default); a browser waits longer for a busy server
-        return self.Client(self.url, verbose=False, httpx_kwargs={"timeout": 60})
+        # gradio_client's own: 5 s for a request (httpx's default), none for the stream of answers; a browser waits
+        # longer for a busy server, so the soak gives every read ``timeout`` s (0: gradio_client's own)
+        return self.Client(self.url, verbose=False, **({"httpx_kwargs": {"timeout": self.timeout}} if self.timeout
+                                                          else {}))
 
     def close(self, client) -> None:
         self.closers.submit(client.close)
 
     def run(self, client, prompt=PROMPTS[0], gen=None, block=32, mode="non-ar", model="dico-tiny", methods=METHODS,
             settings=""):
-        """One /run: (outcome, seconds, status) with outcome "right", "busy", "refused" or "failed"."""
+        """One /run: (outcome, seconds, status) with outcome "right", "stopped" (at the run's time limit, with its
+        partial answers), "busy", "refused", "no answer" (the client gave up waiting: its stream read nothing for
+        its timeout) or "failed"."""
+        from concurrent.futures import CancelledError
+
+        import httpx
         from gradio_client.exceptions import AppError
         started = time.perf_counter()
         try:
@@ -99,11 +106,14 @@ class Soak:
             text = str(exc)
             kind = "busy" if "The demo is busy" in text else "refused"
             return kind, time.perf_counter() - started, text
+        except (httpx.TimeoutException, CancelledError) as exc:     # gradio_client cancels a call whose stream died
+            return "no answer", time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # noqa: BLE001 - counted as a failure, with what it was
             return "failed", time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
         status, answers = out[0], out[1]
         right = status.startswith("Done") and answers.count("answer complete at step") == len(methods)
-        return ("right" if right else "failed"), time.perf_counter() - started, status[:200]
+        kind = "right" if right else "stopped" if status.startswith("Stopped at the time limit") else "failed"
+        return kind, time.perf_counter() - started, status[:200]
 
     def one_session(self, prompt):
         client = self.client()
@@ -157,6 +167,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(default: the app's line, LIMITS.queue; 0 skips)")
     parser.add_argument("--burst", type=int, default=200, help="clients at once, each a result or busy (200; 0 skips)")
     parser.add_argument("--burst-gen", type=int, default=48, help="gen_length of the concurrent runs (48)")
+    parser.add_argument("--client-timeout", type=float, default=60.0, help="seconds a client waits for a read "
+                        "(default 60; 0: gradio_client's own, 5 s a request and none for the stream)")
     parser.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "dico-soak-server.log")
     return parser.parse_args(argv)
 
@@ -205,15 +217,16 @@ def at_once(soak: Soak, n: int, gen: int, missed: list) -> None:
 
 
 def burst(soak: Soak, n: int, gen: int, missed: list) -> None:
-    """``n`` clients at once, each a result or the app's busy message."""
+    """``n`` clients at once, each served (a result, or its partial answers at the run's time limit) or told busy."""
     outcomes = soak.at_once(n, gen)
     counts = tally(outcomes)
     busy = [s for k, s, _ in outcomes if k == "busy"]
-    right = [s for k, s, _ in outcomes if k == "right"]
-    print(f"burst: {n} clients at once: {counts}; results {percentiles(right)}; busy answered in {percentiles(busy)}")
-    if counts.get("right", 0) + counts.get("busy", 0) != n:
+    served = [s for k, s, _ in outcomes if k in ("right", "stopped")]
+    print(f"burst: {n} clients at once (gen {gen}, {len(METHODS)} lanes, attention on): {counts}; results "
+          f"{percentiles(served)}; busy answered in {percentiles(busy)}; load {os.getloadavg()[0]:.1f}")
+    if len(served) + len(busy) != n:
         missed.append("burst")
-        print("  neither:", [o for o in outcomes if o[0] not in ("right", "busy")][:5])
+        print("  neither:", [o for o in outcomes if o[0] not in ("right", "stopped", "busy")][:5])
     example = next((t for k, _, t in outcomes if k == "busy"), "")
     if example:
         print(f"  the busy message: {example}")
@@ -247,7 +260,7 @@ def main(argv=None) -> int:
     server, url = start_server(args.log)
     missed: list[str] = []
     try:
-        soak = Soak(url, args.gen)
+        soak = Soak(url, args.gen, args.client_timeout)
         print(f"server {url} (pid {server.pid}, log {args.log}); {rss_mb(server.pid):.0f} MB at start", flush=True)
         sessions(soak, args, server.pid, missed)
         if concurrent:
