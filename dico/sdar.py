@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from dico import sampling
 from dico.rules import Choice, Rule, Scores
-from dico.sampling import Sampler, generator_for
+from dico.sampling import Sampler
 from dico.settings import SDARSettings
 
 
@@ -107,7 +108,7 @@ class BlockDraw(Sampler):
         if ghost:
             probs = torch.cat([probs.new_full((ghost, probs.shape[-1]), 1.0 / probs.shape[-1]), probs])
         if self._draws is None:
-            self._draws = generator_for(logits.device).manual_seed(self.settings.random_seed)
+            self._draws = sampling.generator_for(logits.device).manual_seed(self.settings.random_seed)
         drawn = torch.multinomial(probs, num_samples=1, generator=self._draws)           # ghost + w, 1
         chance = probs.gather(-1, drawn)[ghost:, 0]
         both = torch.stack([drawn[ghost:, 0].double(), chance.double()]).cpu()

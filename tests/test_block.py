@@ -169,6 +169,15 @@ def test_what_a_block_diffusion_model_cannot_do_is_refused_before_any_pass(sdar,
     assert not calls and "\n" not in str(err.value)
 
 
+def test_a_padded_batch_decodes_each_row_as_alone(sdar):
+    """Rows padded on the right: the block mask and the padding mask together keep each row's logits its own."""
+    from dico.batch import generate_batch
+    prompts = [UNALIGNED, "w1 w2 w3 w4 w5", "w3"]
+    rows = generate_batch(sdar, prompts, "fast", mode="semi-ar", block_length=BLOCK, gen_length=8, batch_size=3)
+    alone = [dico.generate(sdar, p, "fast", mode="semi-ar", block_length=BLOCK, gen_length=8) for p in prompts]
+    assert [t.response for t in rows] == [t.response for t in alone]
+
+
 def test_wino_whose_mirror_would_see_later_blocks_is_refused(sdar):
     with pytest.raises(ValueError, match="^method: wino .*block diffusion"):
         dico.generate(sdar, ALIGNED, "wino", mode="semi-ar", gen_length=8, block_length=BLOCK)
@@ -189,12 +198,16 @@ def test_every_blockwise_decoder_runs_and_its_exact_cache_changes_nothing(sdar, 
     assert cached.token_forwards < plain.token_forwards
 
 
+RUNS = [("fast", "none", {}), ("fast", "prefix", {}), ("sdar", "prefix", {"random_seed": 3})]
+
+
 def test_a_block_model_decodes_on_the_accelerator_as_on_the_cpu(sdar, folder):
+    """With its cache and without; SDAR's draw too (its generator where the model runs)."""
     with accelerator():
         gpu = dico.load_model(folder, trust_remote_code=True, device="cuda", dtype="float32")
-        on_gpu = [dico.generate(gpu, UNALIGNED, "fast", mode="semi-ar", gen_length=8, block_length=BLOCK, cache=c)
-                  for c in ("none", "prefix")]
-    on_cpu = [dico.generate(sdar, UNALIGNED, "fast", mode="semi-ar", gen_length=8, block_length=BLOCK, cache=c)
-              for c in ("none", "prefix")]
+        on_gpu = [dico.generate(gpu, UNALIGNED, m, mode="semi-ar", gen_length=8, block_length=BLOCK, cache=c, **o)
+                  for m, c, o in RUNS]
+    on_cpu = [dico.generate(sdar, UNALIGNED, m, mode="semi-ar", gen_length=8, block_length=BLOCK, cache=c, **o)
+              for m, c, o in RUNS]
     assert [t.response for t in on_gpu] == [t.response for t in on_cpu]
     assert all(t.device == "cuda" for t in on_gpu)
