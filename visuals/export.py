@@ -25,6 +25,10 @@ from visuals.bench import accuracy_nfe_figure, frontier_figure
 from visuals.trajectory import trajectories_side_by_side
 
 CHROMIUM = "/usr/bin/chromium"
+# A machine with no network: without the background-networking flags Chromium waits on connections that are refused
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+BROWSER_TIMEOUT_MS = 180_000    # a figure of a gen-256 race is megabytes of plotly data: slow on a loaded CPU
 WIDTH = 1200
 
 
@@ -89,17 +93,23 @@ def _screenshot(fig: go.Figure, path: Path, width: int, height: int) -> str:
 
     def shoot():
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": width + 40, "height": height + 40}, device_scale_factor=1)
-            page.set_content(html)
-            page.wait_for_selector(".plotly-graph-div .main-svg")
+            page.set_content(html, timeout=BROWSER_TIMEOUT_MS)
+            page.wait_for_selector(".plotly-graph-div .main-svg", timeout=BROWSER_TIMEOUT_MS)
             page.locator(".plotly-graph-div").screenshot(path=str(path))
             browser.close()
 
     # Playwright's sync API refuses a thread with a running asyncio loop (a notebook, an async test run); a
     # thread of its own has none
+    from playwright.sync_api import Error as BrowserError
+
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(shoot).result()
+        try:
+            pool.submit(shoot).result()
+        except BrowserError as exc:
+            raise ValueError(f"out: Chromium could not draw the figure ({str(exc).splitlines()[0]}); write .html "
+                             "instead") from None
     return "chromium"
 
 
