@@ -355,6 +355,9 @@ class SaberSettings(SamplingSettings):
     """Saber (its authors' ``generate_with_saber``, docs/decoding.md §7.4): commit above the running mean of the
     committed tokens' confidences, take back the tokens whose confidence fell most."""
     method = "saber"
+    published_code: bool = setting(True, "start from Saber's published code: the mask token's logit kept in the "
+                                   "softmax of the confidence (mask_in_softmax), so it decodes step for step as that "
+                                   "code; settings given explicitly win", label="as Saber's published code")
     n: int = setting(2, "at least n commits a pass (the top n when fewer pass the mean); takes back "
                      "max(n // 2, ceil(commits / 8)) tokens a pass", range=(1, 64), step=1)
 
@@ -499,6 +502,7 @@ DiCoSettings.from_dict(AUTHORS_CODE)        # every recorded code value is a val
 
 KLASSSettings.presets = {"gsm8k_script": {"confidence": 0.6, "kl": 0.015}}
 LLaDA21Settings.presets = {"speed_mode": {"threshold": 0.5, "edit_threshold": 0.0}}
+SaberSettings.presets = {"published_code": {"mask_in_softmax": True}}     # on by default (docs/decoding.md §7.4)
 
 SETTINGS = {cls.method: cls for cls in (VanillaSettings, TopKSettings, FastSettings, FastFactorSettings, DiCoSettings,
                                         EBSettings, KLASSSettings, WINOSettings, SaberSettings, LLaDA21Settings,

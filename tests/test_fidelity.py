@@ -6,7 +6,8 @@ commit and take back, with the same number of passes and the same final text. Th
 published descriptions and, with the published conventions, commit what the published code itself commits on the
 same logits (measured by tests/fidelity_run.py: assets/bench/fidelity.md); here they follow the project's
 conventions (the mask token never predicted, float32 confidences, ties to the lower position), but for KLASS's and
-WINO's float64 and Saber's ties, which go as its code's ``torch.topk`` takes them.
+WINO's float64, and Saber, whose defaults are its published code's (the mask token in the softmax, ties as its code's
+``torch.topk`` takes them).
 """
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ GEN_LENGTH, BLOCK_LENGTH = 96, 32
 MODES = {"non-ar": GEN_LENGTH, "semi-ar": BLOCK_LENGTH}
 # KLASS and WINO score in float64, as their code does (docs/decoding.md §7): the project's other conventions.
 FLOAT64 = ref.Conventions(precision=True)
-# Saber chooses among exactly equal confidences as its code's torch.topk does (docs/decoding.md §7.4).
-TORCH_ORDER = ref.Conventions(torch_order=True)
+# Saber at its defaults is its published code (docs/decoding.md §7.4): the mask token in the softmax, and among exactly
+# equal confidences what its code's torch.topk takes.
+SABER_CODE = ref.Conventions(mask_token=True, torch_order=True)
 REFERENCES = {"eb": ref.eb_sampler, "klass": lambda *a, **k: ref.klass(*a, published=FLOAT64, **k),
               "wino": lambda *a, **k: ref.wino(*a, published=FLOAT64, **k),
-              "saber": lambda *a, **k: ref.saber(*a, published=TORCH_ORDER, **k)}
+              "saber": lambda *a, **k: ref.saber(*a, published=SABER_CODE, **k)}
 # The default run: one held-out item a method, each method on another family (the slow run: three of every family).
 # WINO and Saber take tokens back on theirs, so the comparison covers the re-masks too.
 QUICK = {"eb": ("pick", 0), "klass": ("list", 0), "wino": ("word", 0), "saber": ("list", 1)}
@@ -65,6 +67,13 @@ def test_each_method_commits_and_takes_back_what_its_reference_does(predictor, m
     family, index = QUICK[method]
     trace = assert_decodes_as_reference(predictor, method, tasks.make_split(family, "test")[index].prompt, mode)
     assert any(s.remasked for s in trace.steps) == (method in ("wino", "saber"))
+
+
+def test_saber_without_its_published_softmax_is_the_projects_conventions(predictor):
+    def project(*args):
+        return ref.saber(*args, published=ref.Conventions(torch_order=True))
+    assert_decodes_as_reference(predictor, "saber", tasks.make_split("list", "test")[1].prompt, "semi-ar", project,
+                                published_code=False)
 
 
 def test_klass_forgetting_its_history_at_each_block_is_the_dico_releases_port(predictor):
