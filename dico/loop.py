@@ -32,7 +32,6 @@ from dico.length import AUTO, auto_length
 from dico.methods import admit
 from dico.models import MaskPredictor
 from dico.rules import Choice, Scores
-from dico.sampling import Sampler
 from dico.settings import (
     DEFAULT_BLOCK_LENGTH,
     DEFAULT_GEN_LENGTH,
@@ -152,7 +151,7 @@ class Decoding:
             gen_length, length_search = auto_length(predictor, prompt_ids, block_length)
         self.rule.plan(gen_length, block_length or gen_length)
         self.rule.bind(predictor)
-        self.sampler = _sampler_for(self.rule)
+        self.sampler = self.rule.sampler()
         self.cache = _cache_for(predictor, self.rule.settings, len(prompt_ids), gen_length)
         self.stops = predictor.stop_ids()
         if capture_attention and not predictor.supports_attention:
@@ -223,7 +222,7 @@ class Decoding:
         old = self.trace.method
         self.rule = admit(method, self.trace.mode, settings, self.n, self.width, self.attention is not None)
         self.rule.bind(self.predictor)
-        self.sampler = _sampler_for(self.rule)
+        self.sampler = self.rule.sampler()
         self.cache = _cache_for(self.predictor, self.rule.settings, self.m, self.n)
         self.trace.method, self.trace.settings = method, self.rule.settings.to_dict()
         self.trace.label = default_label(method, self.rule.settings)
@@ -319,7 +318,7 @@ class Decoding:
         had no mask left or it takes tokens back (the progress invariant, docs/decoding.md §3.2)."""
         commit, remask, edit = (torch.tensor(p, dtype=torch.long) for p in _positions(choice))
         may_rest = not self.masked[self.window[0]:self.window[1]].any() or remask.numel() > 0 or \
-            getattr(self.rule, "may_idle", False)           # SDAR: every chosen draw was the mask token (dico.sdar)
+            self.rule.may_idle                              # SDAR: every chosen draw was the mask token (dico.sdar)
         if (commit.numel() == 0 and not may_rest) or not self.masked[commit].all():
             raise RuntimeError(f"rule {self.trace.method} chose no or already decoded positions: {choice.commit}")
         if remask.numel():
@@ -428,14 +427,6 @@ def pass_limit(rule, gen_length: int, width: int | None) -> int:
     """The most passes a run may take: PASS_LIMIT x gen_length, and what an editing rule may linger on each full
     window (docs/decoding.md §3.2)."""
     return PASS_LIMIT * gen_length + -(-gen_length // (width or gen_length)) * rule.lingering()
-
-
-def _sampler_for(rule) -> Sampler:
-    """A rule's sampler: its settings, the ranking and the precision it scores in (a rule that draws its own tokens,
-    SDAR's, brings its own: ``dico.sdar``)."""
-    if hasattr(rule, "sampler"):
-        return rule.sampler()
-    return Sampler(rule.settings, rank=rule.rank, precision=rule.precision)
 
 
 def _cache_for(predictor: MaskPredictor, settings: Settings, prompt_length: int, gen_length: int) -> Cache | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from dico.sampling import DREAM_RANKS
+from dico.sampling import DREAM_RANKS, Sampler
 from dico.settings import FastFactorSettings, FastSettings, Settings, TopKSettings, VanillaSettings
 
 DREAM_EPS = 1e-3        # Dream's timesteps run from 1 down to this
@@ -151,6 +151,12 @@ class Rule:
         raise NotImplementedError
 
     fuses: bool = False             # it adds its own memory to the logits before they are scored (``fuse``)
+    may_idle: bool = False          # a pass may commit nothing with masks left (SDAR: every chosen draw was the mask)
+
+    def sampler(self) -> Sampler:
+        """What scores this rule's passes: a ``Sampler`` of its settings, ranking and precision (a rule that draws
+        its own tokens brings its own: ``dico.sdar``)."""
+        return Sampler(self.settings, rank=self.rank, precision=self.precision)
 
     def fuse(self, logits: torch.Tensor, probs: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
         """The logits this pass is scored from, on the model's device, for a rule whose published code adds a memory of
