@@ -258,9 +258,16 @@ def test_the_locality_layer_by_layer_is_refused_without_attention_or_over_the_ca
 
 
 def test_the_race_marks_what_the_figures_mark():
-    """One threshold: the race's marks and the clash figure's (visuals import no torch, so they repeat it)."""
+    """The steps the race marks (``marked_steps``) are the steps the clash figure draws large, on either side of the
+    threshold: just above it marked, at it or below not, unmeasured steps neither."""
     import visuals.observe
-    assert visuals.observe.CLASH_MARK == CLASH_MARK == 1.0
+    from dico import Trace
+    trace = Trace.from_json((Path(__file__).parent / "golden" / "traces" / "word0-topk-non-ar.json").read_text())
+    values = [None, CLASH_MARK + 1e-3, CLASH_MARK, CLASH_MARK - 1e-3, 13.7, 0.0]
+    trace.clash = {"values": (values * len(trace.steps))[:len(trace.steps)], "passes": 0, "limit": None}
+    drawn = visuals.observe.clash_figure([trace]).data[0]
+    large = [int(x) for x, size in zip(drawn.x, drawn.marker.size) if size > min(drawn.marker.size)]
+    assert large == sorted(marked_steps(trace)) and {1, 4} <= set(large) and not {0, 2, 3, 5} & set(large)
 
 
 def test_the_api_measures_on_request_and_the_trace_keeps_it(app_url, app_module, predictor):
