@@ -170,6 +170,6 @@ def register(subparsers) -> None:
     add_table_options(parser)
     options.add_scope(parser)
     parser.add_argument("--methods", default=None, help="comma-separated methods whose rows to decode (default all: "
-                        f"{', '.join(METHODS)}, and {FLOOR}; dico keeps both DiCo rows; {FLOOR}: the fewest steps "
-                        "without a clash, the passes every row is read against); Vanilla, the reference, is always "
-                        "decoded")
+                        f"{', '.join(METHODS)}, and {FLOOR}; dico keeps both DiCo rows; {FLOOR}: a greedy bound on "
+                        "the steps without a clash, the passes every row is read against); Vanilla, the reference, "
+                        "is always decoded")

@@ -10,7 +10,8 @@ factor and DiCo's cluster bar (``dico.settings.DICO_KNOB``): the paper's Figure 
 threshold sweep in one picture; and the published decoders' knobs (EB-Sampler's gamma, KLASS's confidence, WINO's
 threshold, Saber's n), and the decoders of 2026 (LLaDA 2.1's and token-to-mask's threshold, dInfer's hierarchy and
 credit thresholds, PC-Sampler's and ReMDM's tokens a pass, Prophet's gaps); and the floor (``dico.observe.floor``:
-the fewest steps without committing tokens that clash), the point each line's passes are read against (NFE / floor).
+a greedy bound on the steps without committing tokens that clash), the point each line's passes are read against
+(NFE / floor).
 ``--lines`` picks lines by method (``floor`` the floor's point):
 
     python -m dico.bench frontier --lines eb,klass,wino,saber --items 24 --families pick,team
@@ -96,7 +97,7 @@ def lines(gen_length: int = DEFAULT_GEN_LENGTH) -> dict[str, list[Point]]:
                         for scale in PROPHET_SCALES],
             "remdm": _line("ReMDM tokens a pass", "remdm", "unmask_k", remdm_unmask_k(gen_length),
                            "ReMDM {v:g} a pass"),
-            # not a decoder's knob: the fewest steps without a clash, one point every line's passes are read against
+            # not a decoder's knob: a greedy bound on the steps without a clash, the point every line is read against
             FLOOR: [Point("Floor", "bound", FLOOR_BOUND, FLOOR_ROW[0], FLOOR, {})]}
 
 

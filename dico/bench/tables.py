@@ -94,15 +94,20 @@ def markdown(rows, title: str) -> str:
 
 
 def floor_note(rows) -> str:
-    """What a table's floor rows are, when it has any."""
+    """What a table's floor rows are, when it has any, and on which items its ratios are read."""
     found = [r for r in rows if r["method"] == FLOOR]
     if not found:
         return ""
-    return (f" NFE / floor = the row's passes over the floor's in the same cell; the floor (n = "
-            f"{max(r['n'] for r in found)} items, the first of each family's held-out items) commits, each step, the "
-            f"most confident masked positions while the step's clash stays within {FLOOR_BOUND:g} nats "
-            "(dico.observe.floor): the fewest steps this model allows without committing tokens that clash. It is a "
-            "bound, not a decoder: the passes that check each addition are not in its NFE, and it has no AUP.")
+    floor_n, row_n = max(r["n"] for r in found), {r["n"] for r in rows if r["method"] != FLOOR}
+    items = ("" if row_n <= {floor_n} else
+             f" The floor's mean is over the first {floor_n} of a row's {max(row_n)} items: the ratio compares means "
+             "over different items.")
+    return (f" NFE / floor = the row's mean passes over the floor's in the same cell; the floor (n = {floor_n} items, "
+            "the first of each family's held-out items) commits, each step, the most confident masked positions one "
+            f"at a time while the step's clash stays within {FLOOR_BOUND:g} nats, and ends the step at the first that "
+            "would not (dico.observe.floor): a greedy bound on the steps this model needs without committing tokens "
+            "that clash, not the fewest possible (another order of commits may need fewer)." + items +
+            " It is a bound, not a decoder: the passes that check each addition are not in its NFE, and it has no AUP.")
 
 
 AUP_NOTE = ("AUP = accuracy under parallelism (d3LLM): the area under the curve from Vanilla's point (1 token a pass) "
