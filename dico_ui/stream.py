@@ -100,23 +100,24 @@ def refuse(message: str, title: str, page: bool):
 
 
 def admitted(request, admit: Callable[[], Job], page: bool, noun: str):
-    """Check the request (``admit``: a ValueError naming the field is refused as "Cannot ``noun``"), join the line,
-    wait for a decoder, stream the race, then draw it. A request past the line's size is refused at once."""
+    """Join the line, check the request (``admit``: a ValueError naming the field is refused as "Cannot ``noun``"),
+    wait for a decoder, stream the race, then draw it. A request past the line's size is refused at once, before any
+    work on it (a burst of strangers is told "busy" without waiting for a model to load or a request to be read)."""
     session = runs.session_of(request)
     since = runs.asked(session)
     if runs.stopped_since(session, since):
         yield {"status": "Stopped before it started: Stop was pressed while this run waited in the queue."}
-        return
-    try:
-        job = admit()
-    except ValueError as exc:               # a bad value never wipes what the page shows
-        yield from refuse(str(exc), f"Cannot {noun}", page)
         return
     ticket = runs.LINE.join(session)
     if ticket is None:
         yield from refuse(runs.busy(), "Busy", page)
         return
     try:
+        try:
+            job = admit()
+        except ValueError as exc:           # a bad value never wipes what the page shows
+            yield from refuse(str(exc), f"Cannot {noun}", page)
+            return
         for warning in job.warnings:
             gr.Warning(clean(warning))
         if (yield from wait_turn(session, since, ticket, job.waiting)):
@@ -127,8 +128,10 @@ def admitted(request, admit: Callable[[], Job], page: bool, noun: str):
 
 
 def wait_turn(session: str, since: float, ticket, said: Callable[[str], dict]):
-    """Wait for this request's turn to decode, saying how long (``said``: where); False when it must not run
-    (Stop, page gone)."""
+    """Wait for this request's turn to decode, saying how long (``said``: where) whenever that changes; False when it
+    must not run (Stop, page gone). Each word sent costs gradio's event loop, which must stay free to answer a
+    burst: thirty runs in line saying the same thing every second would not."""
+    told = None
     while True:
         turn = runs.LINE.wait(ticket, timeout=1.0)
         why = runs.ended(session, since)             # asked after the turn too: a Stop meanwhile still counts
@@ -140,7 +143,9 @@ def wait_turn(session: str, since: float, ticket, said: Callable[[str], dict]):
             return False
         if turn:
             return True
-        yield said(runs.waiting(ticket))             # what the page shows stays meanwhile
+        if (words := runs.waiting(ticket)) != told:
+            told = words
+            yield said(words)                        # what the page shows stays meanwhile
 
 
 def _decoded(session: str, since: float, job: Job, page: bool, noun: str):

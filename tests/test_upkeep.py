@@ -197,6 +197,20 @@ def test_a_closed_pages_waiting_run_leaves_the_line(app_module, predictor, monke
     assert list(stream) == [] and not runs.LINE.holds("queued-then-closed")
 
 
+def test_a_waiting_run_says_its_words_once_until_they_change(app_module, predictor, monkeypatch):
+    """Every message is work on gradio's event loop, which a burst's answers need: a run in line re-checks Stop and
+    its turn every second but sends nothing while its words stay the same."""
+    monkeypatch.setattr(runs, "LINE", Line(decoders=1, size=2))
+    busy = runs.LINE.join("someone")
+    assert runs.LINE.wait(busy, 0)                       # the only decoder is taken
+    stream = run_api("patient")
+    assert next(stream)["status"].startswith("Waiting for a free decoder: 1 run ahead")
+    threading.Timer(2.5, h.stop, [Session("patient")]).start()          # after two or three checks of the line
+    started = time.monotonic()
+    assert next(stream)["status"] == "Stopped before it started: you left the line."
+    assert time.monotonic() - started >= 2.0 and list(stream) == [] and not runs.LINE.holds("patient")
+
+
 def test_a_run_past_the_time_limit_stops_with_its_partial_answers(app_module, predictor, monkeypatch):
     monkeypatch.setattr(runs, "LIMITS", replace(LIMITS, run_seconds=0.0))       # over after the first step
     *_, last = run_api("slow", gen_length=48)
@@ -208,6 +222,7 @@ def test_a_run_past_the_time_limit_stops_with_its_partial_answers(app_module, pr
 def test_a_full_line_refuses_at_once_with_the_wait(app_module, predictor, monkeypatch):
     monkeypatch.setattr(runs, "LINE", Line(decoders=1, size=1, guess_s=30))
     runs.LINE.join("someone")
+    monkeypatch.setattr(h, "check", lambda *a: pytest.fail("a full line read the request"))      # said first
     with pytest.raises(gr.Error, match=r"The demo is busy: .* wait about 30 s\. Please try again"):
         list(run_api("late"))
     from dico_ui.request import CONTROLS
