@@ -6,11 +6,12 @@ place that admits a rule to a run (its settings, the run's lengths, what the rul
 """
 from __future__ import annotations
 
-from dico.divide_conquer import DiCo
-from dico.editing import JointThreshold, TokenToMask
-from dico.field_rules import EntropyBounded, KLAdaptive, Saber, WideInNarrowOut
-from dico.rules import FastFactor, FastThreshold, Rule, TopK, Vanilla
-from dico.rules_2026 import Credit, Hierarchy, PCSampler, Prophet, ReMDM
+from dico.rules import Rule
+from dico.rules.divide_conquer import DiCo
+from dico.rules.editing import JointThreshold
+from dico.rules.schedule import PCSampler, Prophet, TopK, Vanilla
+from dico.rules.takeback import ReMDM, Saber, TokenToMask, WideInNarrowOut
+from dico.rules.threshold import Credit, EntropyBounded, FastFactor, FastThreshold, Hierarchy, KLAdaptive
 from dico.sdar import SDARRule
 from dico.settings import METHOD_LABELS, NON_AR, Settings, decodes_in, settings_for
 

@@ -213,9 +213,9 @@ def example_forks(predictor, parent: Trace, at: int, positions) -> list[tuple[Tr
     return [(t, tasks.check(item, t.text) if item is not None else None) for t in tried]
 
 
-def clash(trace: Trace) -> int:
-    """The step of a run that committed the most answer positions at once, the latest of equals (Top-4's clash on
-    the lesson's example: step 23 commits ` S`, `ara`, ` G`, `ill` together)."""
+def widest_step(trace: Trace) -> int:
+    """The step of a run that committed the most answer positions at once, the latest of equals (on the lesson's
+    example Top-4's step 23 commits ` S`, `ara`, ` G`, `ill` together: the step whose tokens clash)."""
     return max(range(len(trace.steps)), key=lambda k: (len(trace.answer_commits(trace.steps[k])), k))
 
 
@@ -225,7 +225,7 @@ def make_fork_example(predictor, source: Path = EXAMPLE_RUN, lane: str = "Top-4 
     such single edit, take-backs first): the runs to ship and every edit tried with its verdict."""
     traces = read_traces(source.read_bytes())
     parent = next(t for t in traces if t.name == lane)
-    at = clash(parent)
+    at = widest_step(parent)
     tried = example_forks(predictor, parent, at, parent.answer_commits(parent.steps[at]))
     right = [t for t, ok in tried if ok]
     if not right:

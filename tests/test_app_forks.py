@@ -16,7 +16,7 @@ gr = pytest.importorskip("gradio")
 from dico_ui import forks, runs  # noqa: E402
 from dico_ui.about import changed_positions, fork_story, parent_of  # noqa: E402
 from dico_ui.bounded import Line  # noqa: E402
-from dico_ui.examples import clash  # noqa: E402
+from dico_ui.examples import widest_step  # noqa: E402
 from dico_ui.forks import FORK_EXAMPLE  # noqa: E402
 from dico_ui.handlers import EXAMPLE_RUN  # noqa: E402
 
@@ -246,7 +246,7 @@ def test_the_shipped_fork_takes_the_lessons_clash_and_answers_right(example):
     parent = parent_of(fork, example)
     assert parent.name == "Top-4 per step" and fork.prompt == LESSON
     at = fork.fork["at"]
-    assert at in (clash(parent), clash(parent) + 1)
+    assert at in (widest_step(parent), widest_step(parent) + 1)
     assert len(fork.fork["force"]) + len(fork.fork["remask"]) == 1               # one edit
     assert [(s.committed, s.tokens) for s in fork.steps[:at]] == [(s.committed, s.tokens) for s in parent.steps[:at]]
     assert judge(LESSON, fork.text) is True and judge(LESSON, parent.text) is False

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import dico
-from dico.divide_conquer import DiCo, grow, guidance_weights, merge, soft_nms_seeds, trim
+from dico.rules.divide_conquer import DiCo, grow, guidance_weights, merge, soft_nms_seeds, trim
 from dico.settings import DiCoSettings
 from standins import FIRST_WORD, Row, phases, profile, run, scores, settle
 

@@ -8,8 +8,8 @@ from dico.embedded import picks, scope, tasks
 
 
 def _answer(item, names):
-    return f"I pick {picks._joined(names)}." if item.family == "pick" else \
-        f"The {'leader' if item.count == 1 else 'team'} is {picks._joined(names)}."
+    return f"I pick {picks.joined(names)}." if item.family == "pick" else \
+        f"The {'leader' if item.count == 1 else 'team'} is {picks.joined(names)}."
 
 
 @pytest.mark.parametrize("family", ("pick", "team"))

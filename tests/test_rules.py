@@ -11,9 +11,10 @@ import pytest
 import torch
 
 import dico
-from dico.divide_conquer import DiCo
 from dico.methods import make_rule
-from dico.rules import Vanilla, factor_set
+from dico.rules import factor_set
+from dico.rules.divide_conquer import DiCo
+from dico.rules.schedule import Vanilla
 from dico.settings import DiCoSettings
 from standins import MASK_ID, rule, run, scores, scripted
 

@@ -27,7 +27,7 @@ from dico.bench.parts import Parts, in_processes, weights_id
 from dico.bench.runner import Report, Session, Subcommand, add_measure
 from dico.bench.tables import BREAK_KINDS, breaks_markdown
 from dico.embedded import tasks
-from dico.embedded.picks import _FRAMES, chosen
+from dico.embedded.picks import ANSWER_FRAMES, chosen
 from dico.settings import (
     DEFAULT_BLOCK_LENGTH,
     DEFAULT_GEN_LENGTH,
@@ -59,7 +59,7 @@ def choice_positions(family: str, text: str, spans) -> list[tuple[str, list[int]
     """Each choice the answer names, with the response positions of its tokens; None when the text is not one
     answer sentence of the family."""
     stripped = text.strip()
-    match = _FRAMES[family].fullmatch(stripped)
+    match = ANSWER_FRAMES[family].fullmatch(stripped)
     if not match or chosen(family, stripped) is None:
         return None
     at = len(text) - len(text.lstrip()) + match.start(1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from dico.embedded.picks import _joined
+from dico.embedded.picks import joined
 from dico.embedded.scope import task_shape
 from dico.embedded.tasks import ADJECTIVES, FEMALE, HELD_OUT_FEMALE, HELD_OUT_MALE, MALE, Item, check
 
@@ -41,7 +41,7 @@ def _choice(shape: str, prompt: str) -> Item | None:
         count = COUNTS.get(word, 0)
     if not offered or not 0 < count < len(offered) + 1 or len(set(offered)) != len(offered):
         return None
-    return Item(shape, prompt, "", _joined(offered[:count]), offered=tuple(offered), count=count)
+    return Item(shape, prompt, "", joined(offered[:count]), offered=tuple(offered), count=count)
 
 
 def _list_result(prompt: str) -> list[int] | None:
@@ -206,7 +206,7 @@ def _clauses(sentence: list) -> list[list]:
     return clauses + [lead] * bool(lead)
 
 
-class _Story:
+class _Reading:
     """One word problem as it is read: the person asked about (their name masked as "<P>"), the counted things
     ("<OBJ>"), how the story refers to the person, whether anyone else has appeared, and who acted last (a clause
     without a subject continues it: "... and then buys 7 more")."""
@@ -617,7 +617,7 @@ _APPLY = {"start": lambda value, n: n, "add": lambda value, n: value + n, "sub":
 
 
 def _word_result(prompt: str) -> int | None:
-    """The person's count at the end of a word problem, read clause by clause (_Story); None when any part of it
+    """The person's count at the end of a word problem, read clause by clause (_Reading); None when any part of it
     cannot be read with certainty."""
     sentences, current = [], []
     for token in _TOKEN.findall(prompt.replace("\u2019", "'")):
@@ -631,7 +631,7 @@ def _word_result(prompt: str) -> int | None:
     words = _mask(sentences, name) if name else None
     if words is None:
         return None
-    story, value = _Story(_GENDER.get(name)), None
+    story, value = _Reading(_GENDER.get(name)), None
     for sentence in words[:-1]:
         for clause in _clauses(sentence[:-1]):
             op = story.clause(clause, value is not None)        # a start only first, a change only after it

@@ -56,7 +56,7 @@ def by_pieces(words: tuple[str, ...]) -> dict[int, list[str]]:
     return groups
 
 
-def _joined(words) -> str:
+def joined(words) -> str:
     """'a', 'a and b', 'a, b and c'."""
     words = list(words)
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
@@ -70,11 +70,11 @@ def pick_item(rng: random.Random, objects) -> tuple[str, str, tuple, int]:
     """Prompt, one valid answer, the items offered and how many to pick."""
     k = rng.choice(PICK_COUNTS)
     offered = _draw(rng, by_pieces(tuple(objects)), ITEM_PIECES, k + rng.randint(1, 2))
-    count, listed = COUNT_WORDS[k], _joined(offered)
+    count, listed = COUNT_WORDS[k], joined(offered)
     prompt = rng.choice([f"Pick {count} of these: {listed}.", f"Here are some things: {listed}. Pick {count}.",
                          f"Choose {count} from {listed}.", f"From {listed}, take {count}.",
                          f"We have {listed}. Pick {count} of them."])
-    return prompt, f"I pick {_joined(rng.sample(offered, k))}.", tuple(offered), k
+    return prompt, f"I pick {joined(rng.sample(offered, k))}.", tuple(offered), k
 
 
 def team_item(rng: random.Random, names, surnames=SURNAMES) -> tuple[str, str, tuple, int]:
@@ -86,7 +86,7 @@ def team_item(rng: random.Random, names, surnames=SURNAMES) -> tuple[str, str, t
     firsts = _draw(rng, groups, ITEM_PIECES, size)
     surnames = rng.sample([n for n in surnames if n not in firsts], size)
     offered = [f"{a} {b}" for a, b in zip(firsts, surnames)]
-    listed = _joined(offered)
+    listed = joined(offered)
     if k == 1:
         prompt = rng.choice([f"Choose a leader from {listed}.", f"Who should lead: {listed}? Pick one.",
                              f"Pick one leader of {listed}.", f"{listed} want to lead. Choose one."])
@@ -94,21 +94,22 @@ def team_item(rng: random.Random, names, surnames=SURNAMES) -> tuple[str, str, t
     else:
         prompt = rng.choice([f"Make a team of two from {listed}.", f"Pick two people of {listed} for a team.",
                              f"Choose a team of two: {listed}.", f"{listed} want to play. Pick a team of two."])
-        answer = f"The team is {_joined(rng.sample(offered, 2))}."
+        answer = f"The team is {joined(rng.sample(offered, 2))}."
     return prompt, answer, tuple(offered), k
 
 
-_FRAMES = {"pick": re.compile(r"I pick (.+)\."), "team": re.compile(r"The (?:leader|team) is (.+)\.")}
+# The sentence each family's answer is: its chosen items, joined as ``joined`` writes them
+ANSWER_FRAMES = {"pick": re.compile(r"I pick (.+)\."), "team": re.compile(r"The (?:leader|team) is (.+)\.")}
 
 
 def chosen(family: str, text: str) -> list[str] | None:
     """The items an answer names, in order, or None when it is not one well-formed answer sentence of the family."""
-    match = _FRAMES[family].fullmatch(text.strip())
+    match = ANSWER_FRAMES[family].fullmatch(text.strip())
     if not match:
         return None
     body = match.group(1)
     items = re.split(r", | and ", body)
-    return items if _joined(items) == body else None
+    return items if joined(items) == body else None
 
 
 def check_choice(family: str, offered, count: int, text: str) -> bool:

@@ -128,7 +128,7 @@ def _start_value(rng: random.Random) -> int:
 
 
 @dataclass(frozen=True)
-class _Story:
+class _Telling:
     """One word problem's fixed parts, drawn once: who has what, where things may happen, how its answer is worded
     (see dico.embedded.wordings). Its methods draw each sentence from ``rng`` in the order the problem reads, so the
     seeded splits stay what they are."""
@@ -304,7 +304,7 @@ def _word_item(rng: random.Random, held_out: bool = False, invented: bool = Fals
     if invented:
         name, obj = _pick(rng, WORDS).capitalize(), _pick(rng, WORDS)
     he, his = ("he", "his") if male else ("she", "her")
-    story = _Story(rng, name, obj, he, his, HELD_OUT_PLACES if held_out else PLACES, wording, train)
+    story = _Telling(rng, name, obj, he, his, HELD_OUT_PLACES if held_out else PLACES, wording, train)
     adj = _pick(rng, ADJECTIVES)
     value = _start_value(rng)
     question = story.facts(value, adj)
@@ -344,7 +344,7 @@ _CHAIN_CLOSE = ("In the end {Name} has {v} {obj}. The answer is {v}.", "At the e
                 "is {v}.", "In the end {Name} has {v} {obj}. Final answer: {v}.")
 
 
-def _halve(story: _Story, value: int) -> tuple[str, str, int]:
+def _halve(story: _Telling, value: int) -> tuple[str, str, int]:
     """Halving, asked in the word family's manner (the chain family's fourth change; word problems never halve)."""
     rng, obj, he, his, other = story.rng, story.obj, story.he, story.his, story.other
     asked = _pick(rng, [f"{he.capitalize()} gives half of {his} {obj} to {other()}.",
@@ -396,7 +396,7 @@ def _chain_draw(rng: random.Random, held_out: bool, invented: bool, train: bool)
     if invented:
         name, obj = _pick(rng, WORDS).capitalize(), _pick(rng, WORDS)
     he, his = ("he", "his") if male else ("she", "her")
-    story = _Story(rng, name, obj, he, his, HELD_OUT_PLACES if held_out else PLACES, "free", train, distinct=True)
+    story = _Telling(rng, name, obj, he, his, HELD_OUT_PLACES if held_out else PLACES, "free", train, distinct=True)
     value = _start_value(rng)
     question = story.facts(value, _pick(rng, ADJECTIVES))
     words = {"he": he, "He": he.capitalize(), "obj": obj, "Name": name}

@@ -1,12 +1,11 @@
-"""Decoding rules: each chooses which masked positions to commit from one step's scores.
+"""The contract every decoding rule keeps with the loop (``Scores`` in, ``Choice`` out, ``Rule``), and the rankings
+and schedule several rules share.
 
-Every rule follows one small protocol (``Rule``): ``start(window)`` when a window opens, and
-``choose(scores) -> Choice`` once per forward pass. A rule sees only CPU vectors of one step
-(confidence, prediction, logit margin, which positions are masked, the window) and returns the
-positions to commit, its phase, and for DiCo its seeds and clusters. The denoising loop in
-``dico.loop`` drives every rule the same way and records the trace. Each rule's settings are a
-dataclass of ``dico.settings``, checked when built; ``dico.methods.make_rule`` builds a method's
-rule. The rules are specified in docs/decoding.md (Vanilla and Top-k §4, Fast-dLLM §5).
+Every rule follows one small protocol (``Rule``): ``start(window)`` when a window opens, and ``choose(scores)`` once
+per forward pass. A rule sees only CPU vectors of one step (confidence, prediction, logit margin, which positions are
+masked, the window, the signals it asked for) and returns a ``Choice``: the positions to commit, take back or edit,
+and its phase. The loop in ``dico.loop`` drives every rule the same way and records the trace; each rule's settings
+are a dataclass of ``dico.settings``, checked when built; ``dico.methods.make_rule`` builds a method's rule.
 """
 from __future__ import annotations
 
@@ -15,10 +14,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from dico.sampling import DREAM_RANKS, Sampler
-from dico.settings import FastFactorSettings, FastSettings, Settings, TopKSettings, VanillaSettings
-
-DREAM_EPS = 1e-3        # Dream's timesteps run from 1 down to this
+from dico.sampling import Sampler
+from dico.settings import Settings
 
 
 @dataclass
@@ -235,92 +232,9 @@ def factor_set(conf: torch.Tensor, positions: torch.Tensor, f: float = 1.0) -> t
     return positions[order[: int(ok[-1]) + 1]] if ok.numel() else positions[:0]
 
 
-# ------------------------------------------------------------------------- Vanilla and Fast-dLLM
-
-@dataclass
-class Vanilla(Rule):
-    """LLaDA's low-confidence remasking with one token a step: commit the most confident masked position.
-
-    With ``steps``, the official samplers: LLaDA's ``generate.py`` commits an even share of each block per step
-    (low_confidence, random); Dream's algorithms commit a share on its timesteps 1 -> eps, ranked by their own
-    confidence (maskgit_plus, topk_margin, entropy) or, for origin, each masked position with probability
-    1 - s/t. Every step commits at least one token (the progress invariant; the official code may commit none).
-    """
-    settings: VanillaSettings = field(default_factory=VanillaSettings)
-
-    def __post_init__(self):
-        self.rank = self.settings.remasking if self.settings.remasking in DREAM_RANKS else None
-        self._random = torch.Generator().manual_seed(self.settings.random_seed)     # rules see CPU tensors only
-        self.schedule = Schedule(self.settings.steps)
-
-    def plan(self, gen_length: int, width: int) -> None:
-        self.schedule.plan(gen_length, width)
-
-    def start(self, window) -> None:
-        self.schedule.start()
-
-    def choose(self, s: Scores) -> Choice:
-        cand = s.candidates()
-        remasking, masked = self.settings.remasking, int(cand.sum())
-        i, steps = self.schedule.tick(s.window)
-        if remasking == "origin":
-            return Choice(self._origin(cand, self._dream_share(i, steps)), "vanilla")
-        if remasking in ("low_confidence", "random"):                          # LLaDA: the block's masks, evenly
-            count = self.schedule.even(i, steps, masked)
-        else:
-            count = max(1, min(int(masked * self._dream_share(i, steps)), masked))
-        values = {"low_confidence": s.conf, "random": torch.rand(s.conf.shape, generator=self._random)}.get(
-            remasking, s.rank)
-        return Choice(top_ranked(values, cand, count), "vanilla")
-
-    @staticmethod
-    def _dream_share(i: int, steps: int) -> float:
-        """1 - s/t on Dream's timesteps linspace(1, eps, steps + 1); 1 at the last step."""
-        if i >= steps - 1:
-            return 1.0
-        t, s = 1 - i * (1 - DREAM_EPS) / steps, 1 - (i + 1) * (1 - DREAM_EPS) / steps
-        return 1 - s / t
-
-    def _origin(self, cand: torch.Tensor, p: float) -> list[int]:
-        draw = torch.rand(cand.shape, generator=self._random)
-        picked = torch.nonzero(cand & (draw < p)).flatten().tolist()
-        return picked or top1(-draw, cand)
-
-
 def top_ranked(values: torch.Tensor, allowed: torch.Tensor, k: int) -> list[int]:
     """The k allowed positions with the highest values; ties go to the lower position."""
     if k == 1:
         return top1(values, allowed)
     ranked = torch.where(allowed, values, torch.full_like(values, -math.inf)).sort(descending=True, stable=True)
     return sorted(ranked.indices[:k].tolist())
-
-
-@dataclass
-class TopK(Rule):
-    """Naive parallel decoding (the paper's Observation I): the k most confident masked positions of the window,
-    each from its own marginal, whatever they depend on. The same commits as LLaDA's low-confidence sampler with
-    steps = gen_length / k (k dividing the window); the last step of a window commits what is left."""
-    settings: TopKSettings = field(default_factory=TopKSettings)
-    def choose(self, s: Scores) -> Choice:
-        cand = s.candidates()
-        return Choice(top_ranked(s.conf, cand, min(self.settings.k, int(cand.sum()))), "vanilla")
-
-
-@dataclass
-class FastThreshold(Rule):
-    """Fast-dLLM, threshold rule: every masked position with conf > threshold, else the top-1."""
-    settings: FastSettings = field(default_factory=FastSettings)
-    def choose(self, s: Scores) -> Choice:
-        cand = s.candidates()
-        picked = torch.nonzero(cand & (s.conf > self.settings.threshold)).flatten().tolist()
-        return Choice(picked or top1(s.conf, cand), "fast")
-
-
-@dataclass
-class FastFactor(Rule):
-    """Fast-dLLM, factor rule (f = 1 by default): always at least one token."""
-    settings: FastFactorSettings = field(default_factory=FastFactorSettings)
-    def choose(self, s: Scores) -> Choice:
-        cand = s.candidates()
-        picked = factor_set(s.conf, torch.nonzero(cand).flatten(), self.settings.factor).tolist()
-        return Choice(picked or top1(s.conf, cand), "fast")

@@ -1,6 +1,6 @@
-"""DiCo as a decoding rule: Divide picks seeds and grows clusters, Conquer decodes the clusters in
-parallel, Finalize commits by logit margin (docs/decoding.md §6). Its state (phase, clusters,
-step counters) lives between the steps of one window; ``start`` begins a new window.
+"""DiCo, the rule that divides a window into clusters and decodes them in parallel: Divide picks seeds and grows
+clusters, Conquer decodes the clusters in parallel, Finalize commits by logit margin (docs/decoding.md §6). Its state
+(phase, clusters, step counters) lives between the steps of one window; ``start`` begins a new window.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from dico.rules import Choice, Rule, Scores, factor_set, top1
+from dico.rules.core import Choice, Rule, Scores, factor_set, top1
 from dico.settings import DiCoSettings
 
 # Divide ends when this many steps in a row (after its first) change no cluster (docs/decoding.md §6.3, item 6).
