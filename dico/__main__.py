@@ -138,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="feed the prompt as it is, even when the tokenizer has a chat template")
     gen.add_argument("--json", metavar="PATH", help="write the full step trace as JSON here (several prompts: a "
                                                     "bundle of traces, readable by the app's replay)")
+    gen.add_argument("--gif", metavar="PATH", help="write the run as an animated GIF of its steps, sized for a slide "
+                     "(python -m visuals.takeaway; on an embedded model the clash is measured first and marked)")
+    gen.add_argument("--html", metavar="PATH", help="write the run as one self-contained HTML file that replays it and "
+                     "shows its figures offline (plotly's script inlined)")
     gen.add_argument("--capture-attention", action="store_true",
                      help="record stage-averaged attention maps in the trace (every model kind)")
     gen.add_argument("--constrain", metavar="OFFSET:WORD,...", default=None,
@@ -242,7 +246,7 @@ def _fork_main(args) -> int:
     except (ValueError, TraceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return _report([trace], args)
+    return _report([trace], args, predictor)
 
 
 def main(argv=None) -> int:
@@ -268,6 +272,10 @@ def main(argv=None) -> int:
     try:
         # refuse bad input before loading the model: a hub model can take minutes to download and load
         prompts = _prompts(args)
+        _take_away_paths(args)
+        if (args.gif or args.html) and len(prompts) != 1:
+            raise ValueError(f"{'gif' if args.gif else 'html'}: a take-away is one race of one prompt; got "
+                             f"{len(prompts)} prompts")
         for prompt in prompts:
             check_inputs(prompt, args.method, args.mode, args.gen_length, block_length)
         settings = admit(args.method, args.mode, given_settings(args),
@@ -284,12 +292,60 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return _report(traces, args)
+    return _report(traces, args, predictor)
 
 
-def _report(traces, args) -> int:
-    """Write --json if asked, and print each answer with its nfe=... line."""
+def _take_away_paths(args) -> None:
+    """--gif and --html: one prompt, and paths that can be written, checked before the model loads (one line naming
+    the option; nothing is decoded or written)."""
+    for name, suffix in (("gif", ".gif"), ("html", ".html")):
+        path = getattr(args, name, None)
+        if not path:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not path.lower().endswith(suffix):
+            raise ValueError(f"{name}: {path!r} must end in {suffix}")
+        if os.path.isdir(path) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            why = "is a folder" if os.path.isdir(path) else "its folder does not exist" if not os.path.isdir(folder) \
+                else "permission denied"
+            raise ValueError(f"{name}: cannot write {path!r} ({why})")
+
+
+def _take_away(traces, args, predictor) -> str | None:
+    """Write --gif / --html through ``python -m visuals.takeaway`` (the figures are not the library's to import): the
+    run's clash measured first on an embedded model (``dico.observe``, passes apart from its NFE). Returns the error
+    line, or None."""
+    import subprocess
+    import tempfile
+
+    from dico.models import EMBEDDED_MODELS
+    from dico.observe import CLASH_BUDGET, annotate_clash
     from dico.trace import bundle_json
+    if len(traces) != 1:
+        return f"gif: a take-away is one race of one prompt; got {len(traces)} prompts"
+    if traces[0].model in EMBEDDED_MODELS and traces[0].clash is None:
+        annotate_clash(predictor, traces[0], budget=CLASH_BUDGET)
+    with tempfile.TemporaryDirectory() as folder:
+        bundle = os.path.join(folder, "run.json")
+        with open(bundle, "w", encoding="utf-8") as out:
+            out.write(bundle_json(traces))
+        command = [sys.executable, "-m", "visuals.takeaway", bundle]
+        command += [f"--{name}={getattr(args, name)}" for name in ("gif", "html") if getattr(args, name, None)]
+        done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        return (done.stderr.strip().splitlines() or ["error: the take-away failed"])[-1].removeprefix("error: ")
+    print(done.stdout.strip())
+    return None
+
+
+def _report(traces, args, predictor=None) -> int:
+    """Write --json if asked, and the take-aways (--gif, --html), and print each answer with its nfe=... line."""
+    from dico.trace import bundle_json
+    if getattr(args, "gif", None) or getattr(args, "html", None):
+        failed = _take_away(traces, args, predictor)
+        if failed:
+            print(f"error: {failed}", file=sys.stderr)
+            return 2
     if args.json:
         try:
             with open(args.json, "w", encoding="utf-8") as out:

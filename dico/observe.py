@@ -25,12 +25,17 @@ from dico.trace import CLASH_MARK, FLOOR_BOUND, STAGES, Trace
 
 ROWS_PER_PASS = 16          # sequences put through the model at once (each counts as one pass)
 CLASH_LIMIT = 8             # a step's most confident tokens the benchmark measures (a wide step's cost)
+# The passes measuring the clash of a race may spend after it, all lanes together (the app, the CLI's exports): the
+# lesson's race needs 124 (Top-4's 24 steps of 4 tokens: 96); six lanes at gen 256 could ask for about 1,500.
+CLASH_BUDGET = 256
 WITHIN = 3                  # positions: "near" for Observation II
 
 
 class Measured(list):
-    """A list of per-step values that also says how many forward passes measuring them spent."""
+    """A list of per-step values that also says how many forward passes measuring them spent (and which steps a
+    budget of passes left out)."""
     passes: int = 0
+    skipped: list = []
 
 
 def _sampler(trace: Trace) -> Sampler:
@@ -69,21 +74,49 @@ class Replayed:
         return torch.cat(out)
 
 
-def _order(step, limit: int | None) -> list[tuple[int, int]]:
-    """The step's (position, token) pairs, most confident first (ties: the lower position), the first ``limit``."""
-    conf = step.confidence
-    pairs = sorted(zip(step.committed, step.tokens), key=lambda pt: (-(conf[pt[0]] or 0.0), pt[0]))
+def written(step) -> list[tuple[int, int]]:
+    """Every (position, token) a step wrote: its commits (masked before it) and its edits (a written token replaced
+    by another, ``Step.edited``); its take-backs write no token."""
+    return list(zip(step.committed, step.tokens)) + [(p, new) for p, _, new in step.edited]
+
+
+def _order(step, limit: int | None, edit_conf: dict[int, float] | None = None) -> list[tuple[int, int]]:
+    """The step's written (position, token) pairs, most confident first (ties: the lower position), the first
+    ``limit``. A commit's confidence is the one the trace recorded; an edited position has none recorded (it was not
+    masked), so its confidence is the probability of its new token on the state before (``edit_conf``), as the
+    editing rule itself reads it."""
+    conf = {**{p: step.confidence[p] or 0.0 for p in step.committed}, **(edit_conf or {})}
+    pairs = sorted(written(step), key=lambda pt: (-conf.get(pt[0], 0.0), pt[0]))
     return pairs[:limit] if limit else pairs
 
 
+def step_cost(step, limit: int | None) -> int:
+    """The passes ``step_clash`` spends on a step: a pass a token written, at most ``limit``; none under two."""
+    n = len(step.committed) + len(step.edited)
+    n = min(n, limit) if limit else n
+    return n if n >= 2 else 0
+
+
 def step_clash(model: Replayed, trace: Trace, k: int, limit: int | None = None) -> float | None:
-    """The clash of step ``k``: the sum of its tokens' marginal log-probabilities on the state before it, minus
-    their joint log-probability by the chain rule (written one at a time, most confident first). 0 when the tokens
-    are independent given the state; large when each was likely alone and unlikely together."""
-    pairs = _order(trace.steps[k], limit)
-    if len(pairs) < 2:
+    """The clash of step ``k``: the sum of its written tokens' marginal log-probabilities on the state before it,
+    minus their joint log-probability by the chain rule (written one at a time, most confident first). Every token
+    the step wrote counts, its commits and its edits (an edited position holds its old token until its turn), so a
+    step that commits one token and edits three is measured on four. 0 when the tokens are independent given the
+    state; large when each was likely alone and unlikely together."""
+    step = trace.steps[k]
+    if step_cost(step, limit) == 0:
         return None
     before = trace.tokens_before(k)
+    first = None
+    if step.edited:             # the edits' confidences come from the state before: its pass first, then the rest
+        edited = [p for p, _, _ in step.edited]
+        first = model.log_probs([before], [p for p, _ in written(step)])[0]
+        index = {p: i for i, (p, _) in enumerate(written(step))}
+        news = {p: t for p, _, t in step.edited}
+        pairs = _order(step, limit, {p: math.exp(float(first[index[p], news[p]])) for p in edited})
+        first = first[[index[p] for p, _ in pairs]]
+    else:
+        pairs = _order(step, limit)
     states = []
     for j in range(len(pairs)):                         # state j: the tokens before j written
         state = list(before)
@@ -91,29 +124,48 @@ def step_clash(model: Replayed, trace: Trace, k: int, limit: int | None = None) 
             state[p] = t
         states.append(state)
     positions = [p for p, _ in pairs]
-    lp = model.log_probs(states, positions)             # (j, positions, v)
+    if first is None:
+        lp = model.log_probs(states, positions)         # (j, positions, v)
+    else:
+        lp = torch.cat([first[None], model.log_probs(states[1:], positions)]) if len(states) > 1 else first[None]
     marginal = sum(float(lp[0, i, t]) for i, (_, t) in enumerate(pairs))
     joint = sum(float(lp[j, j, t]) for j, (_, t) in enumerate(pairs))
     return marginal - joint
 
 
-def clash(predictor, trace: Trace, limit: int | None = None) -> Measured:
-    """One value a step (nats; ``step_clash``), None where a step committed fewer than 2 tokens. A step of s tokens
+def clash(predictor, trace: Trace, limit: int | None = None, budget: int | None = None) -> Measured:
+    """One value a step (nats; ``step_clash``), None where a step wrote fewer than 2 tokens. A step of s tokens
     costs s passes (``.passes``). ``limit``: measure only a step's ``limit`` most confident tokens (on a large model
-    a wide step is costly; the default, None, measures every token, as the embedded model affords)."""
+    a wide step is costly; the default, None, measures every token, as the embedded model affords). ``budget``: at
+    most this many passes in all, spent on the steps in order; a step that would pass it is left out (None, listed
+    in ``.skipped``) and a later, cheaper one may still be measured."""
     model = Replayed(predictor, trace)
-    out = Measured(step_clash(model, trace, k, limit) for k in range(len(trace.steps)))
-    out.passes = model.passes
+    out, skipped = Measured(), []
+    for k, step in enumerate(trace.steps):
+        if budget is not None and model.passes + step_cost(step, limit) > budget:
+            skipped += [k] if step_cost(step, limit) else []
+            out.append(None)
+            continue
+        out.append(step_clash(model, trace, k, limit))
+    out.passes, out.skipped = model.passes, skipped
     return out
 
 
-def annotate_clash(predictor, trace: Trace, limit: int | None = CLASH_LIMIT) -> Trace:
+def annotate_clash(predictor, trace: Trace, limit: int | None = CLASH_LIMIT, budget: int | None = None) -> Trace:
     """Measure the clash of every step and record it on the trace (``Trace.clash``: the values, the passes spent,
-    the cap), so that the figures and the app draw it and a saved trace keeps it. The decode is left as it was."""
-    measured = clash(predictor, trace, limit)
+    the cap, and the steps a ``budget`` of passes left out), so that the figures and the app draw it and a saved
+    trace keeps it. The decode is left as it was."""
+    measured = clash(predictor, trace, limit, budget)
     trace.clash = {"values": [None if v is None else round(v, 4) for v in measured], "passes": measured.passes,
                    "limit": limit}
+    if measured.skipped:
+        trace.clash["skipped"] = measured.skipped
     return trace
+
+
+def clash_cost(trace: Trace, limit: int | None = CLASH_LIMIT) -> int:
+    """The passes measuring a run's clash would spend (``annotate_clash``), known from the trace before any."""
+    return sum(step_cost(step, limit) for step in trace.steps)
 
 
 def marked_steps(trace: Trace) -> dict[int, float]:

@@ -50,7 +50,13 @@ read)::
                                         # the lengths checked before decoding, counted apart from nfe
      "constraints": null | {"<offset>": int},   # tokens fixed before decoding (words, "0:The,5:leader")
      "fork": null | {"parent": str, "at": int, "method": str,   # a fork: the parent's steps before "at",
-                     "force": {"<pos>": int}, "remask": [int]}}  # then these edits, then its own steps
+                     "force": {"<pos>": int}, "remask": [int]},  # then these edits, then its own steps
+     "clash": null | {"values": [float | null], "passes": int,   # measured after the decode (dico.observe):
+                      "limit": int | null, "skipped": [int]},    # nats a step; passes apart from nfe; skipped:
+                                        # steps a budget of passes left unmeasured (absent: none)
+     "decode_order": {"written_at": [int | null] * gen_length,  # derived from the steps (Trace.decode_order),
+                      "edited": [[pos, step]], "taken_back": [[pos, step]],   # written for other readers;
+                      "writes": [int] * gen_length}}  # ignored on load, so files without it load
 
 Files written before the KV cache (``token_forwards`` absent) are read as uncached runs: every pass computed
 every position, twice with classifier-free guidance.
@@ -200,6 +206,32 @@ class Trace:
                 when[pos] = None
         return when
 
+    def decode_order(self) -> dict:
+        """When each position was written, for the decode-order map: ``written_at`` the step index that last wrote
+        each response position (a commit or an edit; -1 for a token fixed by hand before the run or a fork's forced
+        token before its first step, null where the response ends masked), ``edited`` and ``taken_back`` every edit
+        and take-back as [position, step index] (a fork's take-backs by hand at its step ``at - 1``), and ``writes``
+        how many times each position was written."""
+        at: list[int | None] = [None] * self.gen_length
+        writes = [0] * self.gen_length
+        edited, taken_back = [], []
+        for step in self.steps:
+            written, taken = self.edits_at(step.index)
+            for p in written:
+                at[p] = step.index - 1
+            for p in taken:
+                at[p] = None
+                taken_back.append([p, step.index - 1])
+            for p in step.committed:
+                at[p], writes[p] = step.index, writes[p] + 1
+            for p, _, _ in step.edited:
+                at[p], writes[p] = step.index, writes[p] + 1
+                edited.append([p, step.index])
+            for p in step.remasked:
+                at[p] = None
+                taken_back.append([p, step.index])
+        return {"written_at": at, "edited": edited, "taken_back": taken_back, "writes": writes}
+
     def edits_at(self, k: int) -> tuple[dict[int, int], list[int]]:
         """The tokens written and the positions taken back by hand before step ``k`` (constraints before step 0, a
         fork's edits before its step ``at``)."""
@@ -278,7 +310,9 @@ class Trace:
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The JSON form: the fields, and the decode order (``decode_order``), which is derived from the steps and
+        written for readers of the file (a loaded trace computes it again; a file without it, older, loads)."""
+        return {**asdict(self), "decode_order": self.decode_order()}
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, separators=(",", ":") if indent is None else None)
@@ -467,6 +501,10 @@ def _check_clash(trace: Trace) -> None:
     _expect(_is_int(clash.get("passes")) and clash["passes"] >= 0, "trace.clash.passes", "must be a count of passes")
     _expect(clash.get("limit") is None or (_is_int(clash["limit"]) and clash["limit"] >= 2), "trace.clash.limit",
             "must be null or a number of tokens >= 2")
+    _expect(isinstance(clash.get("skipped", []), list) and all(_is_int(k) and 0 <= k < len(trace.steps)
+                                                                and clash["values"][k] is None
+                                                                for k in clash.get("skipped", [])),
+            "trace.clash.skipped", "must list steps of the run left unmeasured (their values null)")
 
 
 def _check_story(trace: Trace) -> None:

@@ -7,6 +7,7 @@ editing example (LLaDA 2.1 replacing a written token mid-decode, which repairs i
     python -m dico_ui.examples --choose pick,team --items 40   # measure held-out items, choose, write both files
     python -m dico_ui.examples --fork                 # the example fork of the run above (assets/ui/fork_example.json)
     python -m dico_ui.examples --edit pick,team --items 40     # the editing example (assets/ui/edit_example.json)
+    python -m dico_ui.examples --clash                # measure the three shipped bundles' clash in place
 
 ``--choose`` races every candidate item and keeps those that show the lesson: Vanilla (one token a step),
 Fast-dLLM and DiCo answer right and naive top-k answers wrong. Of those it opens on the one whose DiCo answer is
@@ -22,6 +23,7 @@ import json
 from pathlib import Path
 
 from dico.forking import candidates, fork
+from dico.observe import annotate_clash, marked_steps
 from dico.settings import DEFAULT_GEN_LENGTH, NON_AR
 from dico.trace import Trace, bundle_json, read_traces
 from dico_ui.forks import EDIT_EXAMPLE, FORK_EXAMPLE
@@ -94,6 +96,34 @@ def example_entry(item, found: dict, model: str) -> dict:
                        f"right, naive top-k wrong; top-k wrong on {found['naive_wrong']}); this one completes "
                        "DiCo's answer soonest")
     return entry
+
+
+# ============================================================================ the clash the shipped runs carry
+
+def measured(predictor, traces: list[Trace]) -> list[Trace]:
+    """The traces with their clash measured as a page run measures it (``dico.observe.annotate_clash``, a lane's
+    steps at most ``CLASH_LIMIT`` tokens each): extra passes after the decode, which stays as it was. A trace
+    measured before keeps its values."""
+    for trace in traces:
+        if trace.clash is None:
+            annotate_clash(predictor, trace)
+    return traces
+
+
+def write_clash(predictor, bundles=(EXAMPLE_RUN, FORK_EXAMPLE, EDIT_EXAMPLE)) -> None:
+    """Measure the clash of every run of the shipped bundles in place: the decodes, texts and timings unchanged, so
+    the page opens with Top-4's clash on screen."""
+    for path in bundles:
+        traces = measured(predictor, read_traces(path.read_bytes()))
+        path.write_text(bundle_json(traces))
+        marks = [f"{t.name}: {render_marks(t)}" for t in traces]
+        print(f"wrote {path}: " + "; ".join(marks))
+
+
+def render_marks(trace: Trace) -> str:
+    marked = marked_steps(trace)
+    return (", ".join(f"step {k} {v:+.1f} nats" for k, v in marked.items()) or "no mark") + \
+        f" ({trace.clash['passes']} passes)"
 
 
 # ============================================================================ the editing example
@@ -192,7 +222,7 @@ def write_edit_example(predictor, families, n_items: int, out: Path, examples: P
     entry = edit_entry(item, found, predictor.name, traces[PLAIN].text)
     shipped = record_edit(json.loads(examples.read_text()), entry)
     examples.write_text(json.dumps(shipped, indent=1, ensure_ascii=False) + "\n")
-    out.write_text(bundle_json(traces))
+    out.write_text(bundle_json(measured(predictor, traces)))
     print(entry["chosen"])
     for t in traces:
         print(f"{t.label}: nfe={t.nfe} replaced={t.replaced()} text={t.text!r} right={verdicts(item, [t])[0]}")
@@ -238,7 +268,7 @@ def write_fork_example(predictor, out: Path) -> None:
     traces, tried = make_fork_example(predictor)
     for trace, ok in tried:
         print(f"{'right' if ok else 'wrong'}  {trace.name}: {trace.text.strip()!r} ({trace.nfe} steps)")
-    out.write_text(bundle_json(traces))
+    out.write_text(bundle_json(measured(predictor, traces)))
     print(f"wrote {out}: {traces[-1].name}")
 
 
@@ -257,8 +287,13 @@ def main(argv=None) -> int:
                         f"example ({EDIT_EXAMPLE.relative_to(EXAMPLES.parent.parent)}, added to the examples file)")
     parser.add_argument("--out", type=Path, help=f"bundle to write (default {EXAMPLE_RUN}, with --fork {FORK_EXAMPLE}, "
                         f"with --edit {EDIT_EXAMPLE})")
+    parser.add_argument("--clash", action="store_true", help="measure the clash of the shipped example run, fork "
+                        "example and editing example in place (their decodes unchanged)")
     args = parser.parse_args(argv)
     shipped = json.loads(args.examples.read_text())
+    if args.clash:
+        write_clash(get_predictor())
+        return 0
     warm_up()
     predictor = get_predictor()
     if args.fork:
@@ -282,7 +317,7 @@ def main(argv=None) -> int:
     else:
         index = shipped.get("opens_on", 0) if args.example is None else args.example
         traces = race_traces(predictor, shipped["examples"][index]["prompt"])
-    args.out.write_text(bundle_json(traces))
+    args.out.write_text(bundle_json(measured(predictor, traces)))
     for t in traces:
         print(f"{t.label}: nfe={t.nfe} answer_nfe={t.answer_nfe} answer_tokens={t.answer_length} text={t.text!r}")
     print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB)")

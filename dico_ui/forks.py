@@ -27,6 +27,7 @@ from dico.constraints import encode_fixed
 from dico.forking import candidates, decode_fork
 from dico.lanes import MAX_LANES, parse_lane
 from dico.methods import admit
+from dico.observe import CLASH_BUDGET, annotate_clash
 from dico.trace import MAX_JSON_BYTES, Trace, read_traces
 from dico_ui import render
 from dico_ui.about import edit_story, fork_story, parent_of
@@ -35,6 +36,7 @@ from dico_ui.models import get_predictor, gpu
 from dico_ui.numbers import whole
 from dico_ui.outputs import figure, friendly, results
 from dico_ui.race import Frame, LaneRun, end_state, interleave
+from dico_ui.request import measures_by_default
 from dico_ui.stream import End, Job, admitted, failure
 from dico_ui.text import clean
 
@@ -212,7 +214,13 @@ def decode_fork_race(req: ForkRequest):
     predictor = get_predictor(req.parent.model)
     lanes = [LaneRun(t.method, t.name, t, t.nfe - 1, end_state(t)) for t in req.shown]
     lanes.append(LaneRun(req.method or req.parent.method, f"the fork of {req.parent.name}", k=req.at - 1))
-    yield from interleave(lanes, {len(req.shown): decode_fork(predictor, req.parent, req.at, **req.options())})
+    for frame in interleave(lanes, {len(req.shown): decode_fork(predictor, req.parent, req.at, **req.options())}):
+        forked = frame.lanes[-1]
+        if frame.finished and not frame.stopped and forked.state in ("done", "limit") and \
+                measures_by_default(req.parent.model):      # measured as a run on the embedded model is
+            yield Frame(frame.lanes, frame.round, measuring=forked.label)
+            annotate_clash(predictor, forked.trace, budget=CLASH_BUDGET)
+        yield frame
 
 
 def _predictor(parent: Trace):

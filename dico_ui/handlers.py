@@ -23,7 +23,7 @@ from dico_ui.limits import LIMITS
 from dico_ui.models import EMBEDDED_NAME, HUB_MODELS, describe, get_predictor, gpu, is_warm, mark_warm
 from dico_ui.outputs import RESULTS, banner, cleared, figure, friendly, results  # noqa: F401  (RESULTS: tests)
 from dico_ui.race import Frame, race, replay
-from dico_ui.request import CONTROLS, RunRequest, api_request, check, page_request
+from dico_ui.request import CONTROLS, RunRequest, api_request, check, measures_by_default, page_request
 from dico_ui.runs import clicked, closed, stop  # noqa: F401  (wired in dico_ui.wiring)
 from dico_ui.stream import End, Job, Timed, admitted, failure
 from dico_ui.text import clean
@@ -116,8 +116,8 @@ def race_status(frame: Frame, where: str = "") -> str:
 def run_ui(request: gr.Request, prompt, model, mode, gen_length, block_length, lanes, capture_attention, *values):
     """The Run button: the lane rows (``lane_controls.collect``), then the generated settings controls' values in
     ``request.CONTROLS`` order, then the word constraints every lane starts from ("0:The, 5:leader"; optional) and
-    whether to measure each lane's clash after the decode (optional, off). Lanes are named as the page names them
-    ("Lane 2: label")."""
+    whether to measure each lane's clash after the decode (optional; left out: on for the embedded models). Lanes are
+    named as the page names them ("Lane 2: label")."""
     settings, rest = values[:len(CONTROLS)], dict(zip(("constraints", "measure_clash"), values[len(CONTROLS):]))
     yield from admitted(request, lambda: RunJob(page_request(prompt, model, mode, gen_length, block_length, lanes,
                                                              capture_attention, settings, **rest)), True, "run")
@@ -125,11 +125,12 @@ def run_ui(request: gr.Request, prompt, model, mode, gen_length, block_length, l
 
 @friendly("Cannot run")
 def run_api(request: gr.Request, prompt, model, mode, gen_length, block_length, methods, settings, capture_attention,
-            constraints=None, measure_clash=False):
+            constraints=None, measure_clash=None):
     """API ``/run``: ``methods`` per lane a method or ``{"method", "label", "settings"}`` (at most 6, two may share
     a method); ``settings`` one JSON object (or its text) per method, which its lanes start from; ``constraints``
     words fixed before decoding, every lane starting from them ("0:The, 5:leader" or {"0": "The"}; "" none);
-    ``measure_clash`` each lane's clash a step after the decode (``trace.clash``; extra passes)::
+    ``measure_clash`` each lane's clash a step after the decode (``trace.clash``; extra passes, at most
+    ``race.CLASH_BUDGET`` a run; None or left out: on for the embedded models, off for a large one)::
 
         Client(url).predict(prompt, "dico-tiny", "non-ar", 96, 32, ["vanilla", {"method": "topk", "settings":
                             {"k": 4}}, "fast"], {"fast": {"threshold": 0.9}}, True, "0:The", api_name="/run")
@@ -375,14 +376,15 @@ def tick(k, run_index, traces) -> dict:
 
 
 def choose_model(model) -> dict:
-    """Load the chosen model and say where it runs; a hub model that cannot load leaves the embedded one chosen."""
+    """Load the chosen model and say where it runs; a hub model that cannot load leaves the embedded one chosen.
+    Measuring the clash follows the model: on for an embedded one, off (on demand) for a large one."""
     try:
         predictor = get_predictor(model)
     except ValueError as exc:
         gr.Warning(clean(exc))
-        return {"model": EMBEDDED_NAME,
+        return {"model": EMBEDDED_NAME, "measure_clash": True,
                 "model_note": model_note(get_predictor(EMBEDDED_NAME), failed=HUB_MODELS.get(model, model))}
-    return {"model_note": model_note(predictor)}
+    return {"model_note": model_note(predictor), "measure_clash": measures_by_default(model)}
 
 
 def current_model_note() -> dict:
@@ -402,3 +404,33 @@ def model_note(predictor=None, failed: str = "") -> str:
 
 def show_block_length(mode) -> dict:
     return {"block_length": gr.update(visible=mode == "semi-ar")}
+
+
+# ============================================================================ take the race away
+
+def _take_away(traces, lanes: str = "") -> list[str]:
+    """The race's animated GIF and offline HTML (``visuals.takeaway``), written beside the downloads (cleaned as they
+    are); every check (the lanes, the steps) is made before anything is written."""
+    from dico_ui.downloads import DOWNLOADS, PREFIX
+    from visuals.takeaway import write_takeaway
+    if not traces:
+        raise ValueError("traces: there is no race on this page to take away; run or replay one first")
+    DOWNLOADS.mkdir(parents=True, exist_ok=True)
+    stem = DOWNLOADS / f"{PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-race-{time.time_ns() % 10**8:08d}"
+    return write_takeaway(list(traces), stem.with_suffix(".gif"), stem.with_suffix(".html"), lanes or None)
+
+
+@friendly("Cannot take the race away", page=True)
+def take_away_ui(traces) -> dict:
+    """The take-away button: the race on the page as an animated GIF and one offline HTML file."""
+    files = _take_away(traces)
+    return {"takeaway": files}
+
+
+@friendly("Cannot take the race away")
+def take_away_api(path, lanes="") -> dict:
+    """API ``/take_away``: a trace file (a bundle the app downloaded, or one trace) and the lanes to keep by name,
+    comma-separated ("" every lane) -> the GIF and the HTML."""
+    if not path:
+        raise ValueError("file: no trace file was given")
+    return {"takeaway": _take_away(read_traces(Path(path).read_bytes()), lanes)}

@@ -12,7 +12,7 @@ import gradio as gr
 
 import visuals
 from dico.models import EMBEDDED_NAME
-from dico.observe import CLASH_LIMIT, CLASH_MARK
+from dico.observe import CLASH_BUDGET, CLASH_LIMIT, CLASH_MARK
 from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, MODES, SETTINGS
 from dico_ui import forks, lane_controls
 from dico_ui import handlers as h
@@ -156,6 +156,11 @@ def run_column() -> dict:
         c["download"] = gr.DownloadButton("Download traces (JSON)", elem_id="download", size="sm")
         c["upload"] = gr.UploadButton("Replay a trace file…", file_types=[".json"], type="filepath",
                                       elem_id="upload", size="sm")
+    with gr.Row(elem_id="takeaway-row"):
+        c["takeaway_button"] = gr.Button("Take the race away: an animated GIF and an offline HTML page", size="sm",
+                                         elem_id="takeaway-button")
+        c["takeaway"] = gr.File(label="take-away files (GIF for slides, HTML that replays offline)",
+                                file_count="multiple", interactive=False, elem_id="takeaway", height=90)
     return c
 
 
@@ -179,11 +184,13 @@ def lanes_column() -> dict:
     c["slots"] = lane_controls.build()
     c["capture_attention"] = gr.Checkbox(True, label="capture attention (DiCo run)",
                                          info="record attention maps when the model returns them")
-    c["measure_clash"] = gr.Checkbox(False, label="Measure the clash of each step (extra passes)",
+    c["measure_clash"] = gr.Checkbox(True, label="Measure the clash of each step (extra passes)",
                                      elem_id="measure-clash",
-                                     info=f"after the decode, which it never changes: a step that committed several "
-                                          f"tokens costs a pass a token (at most {CLASH_LIMIT}); a clash above "
-                                          f"{CLASH_MARK:g} nat is marked in the race")
+                                     info=f"after the decode, which it never changes or slows: a step that wrote "
+                                          f"several tokens costs a pass a token (at most {CLASH_LIMIT}), at most "
+                                          f"{CLASH_BUDGET} passes a run; a clash above {CLASH_MARK:g} nat is marked in "
+                                          "the race. On by default for the embedded models; on a large model each "
+                                          "pass costs as much as a step of the decode, so it is off until ticked")
     with gr.Accordion("Settings (generated from dico/settings.py)", open=False, elem_id="settings"):
         gr.Markdown("Checked when you press Run: a value outside its range is reported, never clamped.")
         c["controls"] = [setting_control(group, spec) for group, spec in CONTROLS]
@@ -206,8 +213,10 @@ def result_tabs() -> dict:
             c["table"] = gr.Dataframe(headers=list(TABLE_COLUMNS), label="Answer against padding, steps and "
                                       "speed-ups (relative to Vanilla)", elem_id="comparison-table", interactive=False,
                                       wrap=True)
+            c["clash_plot"] = gr.Plot(show_label=False, elem_id="clash-plot")
             c["masked"] = gr.Plot(show_label=False, elem_id="masked-plot")
             c["side_by_side"] = gr.Plot(show_label=False, elem_id="side-by-side-plot")
+            c["order"] = gr.Plot(show_label=False, elem_id="order-plot")
         with gr.Tab("Attention", id="attention-tab") as tab:
             tabs.append(tab)
             gr.Markdown("Where the still-masked positions of the DiCo run look, early, midway and late in "
@@ -261,6 +270,8 @@ def api_inputs() -> dict:
     return {"api_run": [gr.Textbox(visible=False), gr.Textbox(visible=False), gr.Textbox(visible=False),
                         gr.Number(visible=False), gr.Number(visible=False), gr.JSON(visible=False),
                         gr.JSON(visible=False), gr.Checkbox(visible=False), gr.Textbox("", visible=False),
-                        gr.Checkbox(False, visible=False)],
+                        gr.JSON(None, visible=False)],      # measure_clash: true, false or null (the model's default)
             "api": gr.Button(visible=False), "api_file": gr.File(visible=False, type="filepath"),
-            "api_replay": gr.Button(visible=False)} | forks.api_inputs()
+            "api_replay": gr.Button(visible=False),
+            "api_takeaway_in": [gr.File(visible=False, type="filepath"), gr.Textbox("", visible=False)],
+            "api_takeaway": gr.Button(visible=False)} | forks.api_inputs()

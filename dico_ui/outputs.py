@@ -18,7 +18,8 @@ from dico_ui.race import end_state
 from dico_ui.text import clean
 
 log = logging.getLogger("dico_ui")
-RESULTS = ("status", "answers", "trajectory", "phases", "clusters", "side_by_side", "masked", "table", "attention",
+RESULTS = ("status", "answers", "trajectory", "phases", "clusters", "side_by_side", "masked", "table", "clash_plot",
+           "order", "attention",
            "locality", "step_run", "step", "step_view", "step_text", "dependency", "dependency_note", "download",
            "about", "traces")
 
@@ -79,7 +80,7 @@ def figure(name: str, fn, *args):
 def cleared(status: str) -> dict:
     """Every result output emptied: a new run never shows the previous run's figures."""
     return dict(status=status, answers="", trajectory=None, phases=None, clusters=None, side_by_side=None,
-                masked=None, table=render.table_frame([]), attention=None, locality="",
+                masked=None, table=render.table_frame([]), clash_plot=None, order=None, attention=None, locality="",
                 step_run=gr.update(choices=[], value=None), step=gr.update(value=0, maximum=1, interactive=False),
                 step_view=None, step_text="", dependency=None, dependency_note="", download=None,
                 about=about_text([]), traces=[])
@@ -100,6 +101,8 @@ def results(traces: list[Trace], status: str, outside: str = "", main: Trace | N
         side_by_side=figure("side-by-side", visuals.trajectories_side_by_side, traces),
         masked=figure("masked fraction", visuals.comparison_figure, traces),
         table=render.table_frame(traces),
+        clash_plot=figure("clash", visuals.clash_figure, traces),
+        order=figure("decode order", visuals.decode_order_figure, traces),
         attention=figure("attention", visuals.attention_figure, with_attention),
         locality=render.attention_locality_md(with_attention),
         step_run=gr.update(choices=[(f"{t.name}: {t.nfe} steps", j) for j, t in enumerate(traces)],

@@ -4,7 +4,8 @@ still running and the step counters stay comparable. Two lanes may share a metho
 its trace: every position decoded ("done"), or the loop's pass limit reached ("limit": a rule that keeps taking
 tokens back); the others go on. Stop closes every method's step generator, leaving partial traces marked
 ``stopped``. Asked to (``RunRequest.measure_clash``), a race that ended on its own then measures each lane's clash a
-step (``dico.observe.annotate_clash``): extra passes after the decode, never part of it. A fork races the same
+step (``dico.observe.annotate_clash``): extra passes after the decode, never part of it nor slowing its steps,
+at most ``CLASH_BUDGET`` a run. On the embedded models a request measures by default. A fork races the same
 way (``interleave``), one lane beside the finished runs on screen; a replay walks saved traces through the same
 frames.
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from dico.loop import close_snapshot, decode
 from dico.models import MaskPredictor
-from dico.observe import annotate_clash
+from dico.observe import CLASH_BUDGET, annotate_clash
 from dico.trace import Trace
 from dico_ui.request import RunRequest
 
@@ -82,14 +83,16 @@ def race(predictor: MaskPredictor, req: RunRequest, should_stop: Callable[[], bo
             yield frame
 
 
-def measured(predictor: MaskPredictor, frame: Frame) -> Iterator[Frame]:
+def measured(predictor: MaskPredictor, frame: Frame, budget: int = CLASH_BUDGET) -> Iterator[Frame]:
     """The clash of each lane that ended on its own, a lane at a time (a frame before each, so the driver can stop
     it between lanes), then ``frame``. Its passes go to ``Trace.clash``, apart from the lane's NFE; the steps and
-    the text stay as decoded."""
-    for lane in frame.lanes:
-        if lane.trace is not None and lane.state in ("done", "limit"):
-            yield Frame(frame.lanes, frame.round, measuring=lane.label)
-            annotate_clash(predictor, lane.trace)
+    the text stay as decoded. The run spends at most ``budget`` passes: each lane may use an even share of what the
+    lanes before it left, and the steps past its share stay unmeasured (``Trace.clash["skipped"]``)."""
+    ended = [lane for lane in frame.lanes if lane.trace is not None and lane.state in ("done", "limit")]
+    for i, lane in enumerate(ended):
+        yield Frame(frame.lanes, frame.round, measuring=lane.label)
+        annotate_clash(predictor, lane.trace, budget=budget // (len(ended) - i))
+        budget -= lane.trace.clash["passes"]
     yield frame
 
 

@@ -178,13 +178,15 @@ def lane_html(trace: Trace, k: int, state: str, token_text=None, rank: int | Non
 def clash_flag(trace: Trace, k: int) -> str:
     """A measured lane's word on its clash up to step index ``k``: the steps above ``CLASH_MARK`` (marked), or none."""
     marked = {s: v for s, v in marked_steps(trace).items() if s <= k}
+    skipped = [s for s in trace.clash.get("skipped", []) if s <= k]
+    unmeasured = f" ({len(skipped)} steps not measured: the run's budget of passes)" if skipped else ""
     if not marked:
-        one = all(v is None for v in trace.clash["values"][:k + 1])
-        return "one token a step: no clash" if one else f"no clash above {MARK}"
+        one = all(v is None for v in trace.clash["values"][:k + 1]) and not skipped
+        return "one token a step: no clash" if one else f"no clash above {MARK}{unmeasured}"
     worst = max(marked, key=marked.get)
     where = (f"at {len(marked)} steps, the largest {marked[worst]:+.1f} nats at step {worst}" if len(marked) > 3 else
              f"at step{'s' if len(marked) > 1 else ''} " + ", ".join(f"{s} ({v:+.1f} nats)" for s, v in marked.items()))
-    return f'<span class="clash-flag">clash above {MARK} {where}</span>'
+    return f'<span class="clash-flag">clash above {MARK} {where}</span>{unmeasured}'
 
 
 def lanes_html(lanes: list[tuple[Trace, int, str]], token_text=None, banner: str = "") -> str:
@@ -250,7 +252,7 @@ def parallelism(trace: Trace) -> dict:
 
 TABLE_COLUMNS = ("lane", "steps (NFE)", "answer complete at step", "answer tokens", "padding tokens",
                  "answer tokens / step", "tokens / step", "speed-up (NFE)", "speed-up (answer)", "own time (s)",
-                 f"total clash, steps above {MARK} (extra passes)")
+                 f"total clash, steps above {MARK} (extra passes)", "worst clash (step)")
 
 
 def clash_cell(trace: Trace) -> str:
@@ -260,8 +262,28 @@ def clash_cell(trace: Trace) -> str:
     if total is None:
         return "not measured"
     marked = len(marked_steps(trace))
+    skipped = len(trace.clash.get("skipped", []))
     return (f"{total:.2f} nats, {marked} step{'' if marked == 1 else 's'} above {MARK} "
-            f"({trace.clash['passes']} passes)")
+            f"({trace.clash['passes']} passes" + (f"; {skipped} steps not measured, the run's budget spent)"
+                                                   if skipped else ")"))
+
+
+def worst_cell(trace: Trace) -> str:
+    """A lane's worst step for the comparison: its largest clash and the step, "no step of two tokens" when every
+    step wrote one, "not measured" when it was not."""
+    if trace.clash is None:
+        return "not measured"
+    found = worst_step(trace)
+    if found is None:
+        return "no step of two tokens or more"
+    k, value = found
+    return f"{value:+.2f} nats at step {k}" + (" (marked)" if value > CLASH_MARK else "")
+
+
+def worst_step(trace: Trace) -> tuple[int, float] | None:
+    """The measured step with the largest clash (the first of equals) and its nats; None when none was measured."""
+    values = [(k, v) for k, v in enumerate((trace.clash or {}).get("values") or []) if v is not None]
+    return max(values, key=lambda kv: (kv[1], -kv[0])) if values else None
 
 
 def table_rows(traces: list[Trace]) -> list[list]:
@@ -276,7 +298,7 @@ def table_rows(traces: list[Trace]) -> list[list]:
     return [[r["label"] + (" (stopped)" if r["stopped"] else " (pass limit)" if r["limit"] else ""), r["nfe"],
              r["answer_nfe"], r["answer"], r["padding"], r["answer_per_step"], r["tokens_per_step"],
              ratio(base["nfe"], r["nfe"]), ratio(base["answer_nfe"], r["answer_nfe"]), round(r["wall_s"], 3),
-             clash_cell(t)]
+             clash_cell(t), worst_cell(t)]
             for r, t in zip(rows, traces)]
 
 
@@ -305,11 +327,15 @@ def step_clash(trace: Trace, k: int) -> str:
     tokens, or not measured."""
     if trace.clash is None:
         return "clash not measured"
-    value, n = trace.clash["values"][k], len(trace.steps[k].committed)
+    step = trace.steps[k]
+    value, n = trace.clash["values"][k], len(step.committed) + len(step.edited)
+    if k in trace.clash.get("skipped", []):
+        return "clash not measured (the run's budget of passes was spent on earlier steps)"
     if value is None:
-        return "one token: no clash" if n == 1 else "no clash (nothing committed)" if n == 0 else "clash: none"
+        return "one token: no clash" if n == 1 else "no clash (nothing written)" if n == 0 else "clash: none"
     limit = trace.clash.get("limit")
-    of = f" (its {limit} most confident of {n} tokens)" if limit and n > limit else ""
+    of = f" (its {limit} most confident of {n} tokens)" if limit and n > limit else \
+        f" ({len(step.committed)} committed, {len(step.edited)} edited)" if step.edited else ""
     if value > CLASH_MARK:
         return f'<span class="clash-flag">clash <b>{value:+.2f}</b> nats{of}, above {MARK}</span>'
     return f"clash <b>{value:+.2f}</b> nats{of}"
@@ -357,7 +383,7 @@ def summary(traces: list[Trace], outside: str = "") -> str:
     if measured:
         parts.append(f"Measuring the clash took {sum(t.clash['passes'] for t in measured)} passes after the decode, "
                      f"apart from the steps counted above; a step whose clash is above {MARK} is marked in the race, "
-                     "and the Comparison tab gives each lane's total.")
+                     "and the Comparison tab gives each lane's total and worst step.")
     return " ".join(parts)
 
 

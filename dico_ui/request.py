@@ -19,7 +19,7 @@ from dico.embedded import scope
 from dico.lanes import Lane, parse_lanes
 from dico.loop import check_inputs, check_request
 from dico.methods import admit
-from dico.models import EMBEDDED_NAME, MaskPredictor, train_log
+from dico.models import EMBEDDED_MODELS, EMBEDDED_NAME, MaskPredictor, train_log
 from dico.settings import (
     DEFAULT_BLOCK_LENGTH,
     DEFAULT_GEN_LENGTH,
@@ -59,7 +59,8 @@ class RunRequest:
     block_length: int | None = None         # semi-AR only
     capture_attention: bool = True
     constraints: tuple[tuple[int, str | int], ...] = ()     # words fixed before decoding, every lane starts from them
-    measure_clash: bool = False             # after the decode, each lane's clash a step (extra passes, dico.observe)
+    measure_clash: bool = False             # after the decode, each lane's clash a step (extra passes, dico.observe);
+                                            # parsed: on by default for the embedded models (``measures_by_default``)
 
     def attends(self, i: int) -> bool:
         """Whether lane ``i`` captures attention maps: the first DiCo lane, when the request asks for them."""
@@ -80,6 +81,12 @@ def switch(value, name: str) -> bool:
     raise ValueError(f"{name}: must be true or false, got {value!r}")
 
 
+def measures_by_default(model: str | None) -> bool:
+    """Whether a run on ``model`` measures the clash unless told not to: the embedded models, where a pass is cheap
+    (a large model measures on demand: a pass a token of a step costs as much as a step of its decode)."""
+    return (model or EMBEDDED_NAME) in EMBEDDED_MODELS
+
+
 def page_lane(i: int, name: str = "") -> str:
     """How the page names lane ``i`` (and a field of it): "Lane 6", "Lane 6: label"."""
     return f"Lane {i + 1}" + (f": {name}" if name else "")
@@ -92,10 +99,11 @@ def api_lane(i: int, name: str = "") -> str:
 
 def parse_request(prompt, methods=DEFAULT_METHODS, settings: dict[str, dict] | None = None, *, model=EMBEDDED_NAME,
                   mode=NON_AR, gen_length=DEFAULT_GEN_LENGTH, block_length=DEFAULT_BLOCK_LENGTH,
-                  capture_attention=True, at=api_lane, constraints=None, measure_clash=False) -> RunRequest:
+                  capture_attention=True, at=api_lane, constraints=None, measure_clash=None) -> RunRequest:
     """The one parse of a request: the lanes over their methods' ``settings``, numbers made whole, the lengths,
     and every lane admitted to the run (``dico.methods.admit``: what its rule cannot do, LLaDA's steps split over
-    the blocks), in that order; ValueError naming the field (``at`` names a lane as the caller's user knows it)."""
+    the blocks), in that order; ValueError naming the field (``at`` names a lane as the caller's user knows it).
+    ``measure_clash`` None: as the model measures by default (``measures_by_default``)."""
     lanes = parse_lanes(methods, settings, where="methods" if at is api_lane else "Lanes", at=at)
     gen_length = whole(gen_length, "gen_length")
     if not 1 <= gen_length <= MAX_GEN_LENGTH:
@@ -105,7 +113,7 @@ def parse_request(prompt, methods=DEFAULT_METHODS, settings: dict[str, dict] | N
     check_inputs(prompt, lanes[0].method, mode, gen_length, block_length)
     req = RunRequest(prompt, lanes, model or EMBEDDED_NAME, mode, gen_length, block_length,
                      switch(capture_attention, "capture_attention"), constraint_pairs(constraints),
-                     switch(measure_clash, "measure_clash"))
+                     measures_by_default(model) if measure_clash is None else switch(measure_clash, "measure_clash"))
     for i, lane in enumerate(lanes):
         try:
             admit(lane.method, mode, lane.settings, gen_length, block_length or gen_length, req.attends(i))
@@ -134,7 +142,7 @@ def constraint_pairs(value) -> tuple[tuple[int, str | int], ...]:
 
 
 def page_request(prompt, model, mode, gen_length, block_length, lanes, capture_attention, controls,
-                 constraints="", measure_clash=False) -> RunRequest:
+                 constraints="", measure_clash=None) -> RunRequest:
     """The Run button's request: the lane rows (``lane_controls.collect``) over the Settings panel's values."""
     lanes = [lanes] if isinstance(lanes, (str, dict)) else list(lanes or [])
     return parse_request(prompt, lanes, settings_from_controls(lanes, controls), model=model, mode=mode,
@@ -143,7 +151,7 @@ def page_request(prompt, model, mode, gen_length, block_length, lanes, capture_a
 
 
 def api_request(prompt, model, mode, gen_length, block_length, methods, settings, capture_attention,
-                constraints="", measure_clash=False) -> RunRequest:
+                constraints="", measure_clash=None) -> RunRequest:
     """``/run``'s request: lanes as method names or objects, ``settings`` one JSON object per method."""
     methods = [methods] if isinstance(methods, (str, dict)) else list(methods or [])
     return parse_request(prompt, methods, settings_from_json(settings), model=model, mode=mode,

@@ -62,6 +62,10 @@ def wire(demo, c: dict) -> None:
     c["api"].click(keyed(h.run_api, c), c["api_run"], results, api_name="run", **live)
     c["api_replay"].click(keyed(h.replay_api, c), [c["api_file"]], results + [c["prompt"]], api_name="replay")
     c["stop"].click(h.stop, None, [c["status"]], **quiet)
+    c["takeaway_button"].click(keyed(h.take_away_ui, c), [c["traces"]], [c["takeaway"], c["status"]],
+                               show_api=False, show_progress="minimal", concurrency_limit=2)
+    c["api_takeaway"].click(keyed(h.take_away_api, c), c["api_takeaway_in"], [c["takeaway"]], api_name="take_away",
+                            concurrency_limit=2)
     c["upload"].upload(keyed(h.replay_upload, c), [c["upload"]], results + [c["prompt"]], show_api=False,
                        show_progress="minimal")
     c["replay"].click(h.clicked, None, None, **quiet) \
@@ -70,7 +74,8 @@ def wire(demo, c: dict) -> None:
     wire_lanes(slots, c)
     wire_step_view(c)
     wire_fork_panel(c, results)
-    c["model"].input(keyed(h.choose_model, c), [c["model"]], [c["model"], c["model_note"]], show_api=False)
+    c["model"].input(keyed(h.choose_model, c), [c["model"]], [c["model"], c["model_note"], c["measure_clash"]],
+                     show_api=False)
     c["mode"].change(keyed(h.show_block_length, c), [c["mode"]], [c["block_length"]], **quiet)
     demo.load(keyed(h.first_impression, c), None, results + [c["prompt"]], show_api=False)
     demo.unload(h.closed)

@@ -238,11 +238,77 @@ def test_a_measured_clash_travels_with_the_trace_and_is_drawn(predictor, lesson)
     annotate_clash(predictor, topk, limit=2)
     back = read_traces(topk.to_json())[0]
     assert back.clash == topk.clash and back.clash["limit"] == 2 and len(back.clash["values"]) == 24
-    assert lesson["vanilla"].clash is None
+    unmeasured = {k: v for k, v in json.loads(lesson["vanilla"].to_json()).items() if k != "clash"}
+    assert read_traces(json.dumps(unmeasured))[0].clash is None
     assert len(visuals.clash_figure([back]).data) == 1
     positions, matrix = dependency(predictor, lesson["dico"], 0)
     assert visuals.dependency_figure(lesson["dico"], 0, positions, matrix).data[0].type == "heatmap"
     broken = json.loads(topk.to_json())
     broken["clash"]["values"] = broken["clash"]["values"][:3]
     with pytest.raises(Exception, match="trace.clash.values"):
+        read_traces(json.dumps(broken))
+
+
+def _edited_trace(predictor):
+    """A hand-written run of 6 positions: step 0 commits four tokens, step 1 commits one and edits three of them
+    (an editing rule's step, LLaDA 2.1's token-to-token)."""
+    from dico.trace import Step, Trace
+    n, mask = 6, [None] * 6
+    step0 = Step(0, "fast", [0, n], [0, 1, 2, 3], [11, 12, 13, 14], [0.9, 0.8, 0.7, 0.6, 0.3, 0.2], list(range(6)))
+    step1 = Step(1, "fast", [0, n], [4], [15], [None, None, None, None, 0.5, 0.2], mask[:4] + [15, 16],
+                 edited=[[0, 11, 21], [2, 13, 23], [3, 14, 24]])
+    return Trace(model=predictor.name, method="llada21", mode="non-ar", settings={}, prompt="a b c",
+                 prompt_length=len(predictor.encode_prompt("a b c")), gen_length=n, block_length=None,
+                 nfe=2, steps=[step0, step1])
+
+
+def test_a_steps_clash_covers_its_edits_as_the_chain_rule_written_out(monkeypatch):
+    """Issue 66, item 2: a step that commits one token and edits three is measured on all four. On the state before
+    it (an edited position holds its old token), the marginals of the four written tokens summed, minus their joint
+    by the chain rule written most confident first: a commit's confidence as the trace recorded it, an edit's the
+    probability of its new token on that state (what the editing rule read); one pass a token."""
+    import dico.observe
+    monkeypatch.setattr(dico.observe, "ROWS_PER_PASS", 1)       # the stand-in's logits hash its whole batch
+    predictor = random_predictor(seed=5)
+    trace = _edited_trace(predictor)
+    prompt = predictor.encode_prompt(trace.prompt)
+    before = [11, 12, 13, 14, None, None]
+    assert trace.tokens_before(1) == before
+
+    def log_p(state, pos, token):
+        ids = prompt + [predictor.mask_id if t is None else t for t in state]
+        logits, _ = predictor.forward(torch.tensor([ids]))
+        row = logits[0, len(prompt) + pos].double()
+        row[predictor.mask_id] = -math.inf
+        return float(torch.log_softmax(row, -1)[token])
+    written = [(4, 15), (0, 21), (2, 23), (3, 24)]
+    confidence = {4: 0.5} | {p: math.exp(log_p(before, p, t)) for p, t in written[1:]}
+    order = sorted(written, key=lambda pt: (-confidence[pt[0]], pt[0]))
+    marginals = sum(log_p(before, p, t) for p, t in order)
+    joint, state = 0.0, list(before)
+    for p, t in order:
+        joint += log_p(state, p, t)
+        state[p] = t
+    measured = clash(predictor, trace)
+    assert measured[1] == pytest.approx(marginals - joint, abs=1e-9)      # one float64 sum of the same logits
+    assert measured.passes == 4 + 4 and measured[1] != 0.0
+    assert clash(predictor, trace, limit=2).passes == 2 + 2
+
+
+def test_a_budget_of_passes_leaves_the_steps_past_it_unmeasured(predictor, lesson):
+    """``budget``: the steps are measured in order while they fit; a step that would pass it stays None and is
+    listed, and the values measured are those measured without a budget."""
+    from dico.observe import annotate_clash, clash_cost
+    topk = lesson["topk"]
+    assert clash_cost(topk) == 96                                         # 24 steps of 4
+    bounded = clash(predictor, topk, limit=8, budget=10)
+    assert bounded.passes == 8 and bounded.skipped == list(range(2, 24))
+    model = Replayed(predictor, topk)
+    assert list(bounded[:2]) == [step_clash(model, topk, k, 8) for k in (0, 1)] and set(bounded[2:]) == {None}
+    annotated = annotate_clash(predictor, read_traces(topk.to_json())[0], budget=10)
+    assert annotated.clash["skipped"] == list(range(2, 24))
+    assert read_traces(annotated.to_json())[0].clash == annotated.clash
+    broken = json.loads(annotated.to_json())
+    broken["clash"]["skipped"] = [0, 99]
+    with pytest.raises(Exception, match="trace.clash.skipped"):
         read_traces(json.dumps(broken))

@@ -83,25 +83,50 @@ def test_the_page_marks_the_clash_it_measures_and_the_comparison_holds_each_lane
     assert topk.nfe == 24 and topk.clash["passes"] == 96                  # a pass a token of a step, apart
     assert "clash above 1 nat at step 23 (+13.7 nats)" in result["answers"]
     table = result["table"]
-    column = table.columns[-1]
-    assert column == "total clash, steps above 1 nat (extra passes)"
-    assert list(table[column]) == [f"{total_clash(topk):.2f} nats, 1 step above 1 nat (96 passes)",
-                                   f"{total_clash(fast):.2f} nats, 0 steps above 1 nat ({fast.clash['passes']} passes)"]
+    total, worst = table.columns[-2:]
+    assert (total, worst) == ("total clash, steps above 1 nat (extra passes)", "worst clash (step)")
+    assert list(table[total]) == [f"{total_clash(topk):.2f} nats, 1 step above 1 nat (96 passes)",
+                                  f"{total_clash(fast):.2f} nats, 0 steps above 1 nat ({fast.clash['passes']} passes)"]
+    assert list(table[worst])[0] == f"{topk.clash['values'][23]:+.2f} nats at step 23 (marked)"
     assert f"Measuring the clash took {96 + fast.clash['passes']} passes" in result["status"]
 
 
-def test_measuring_is_off_by_default_and_then_spends_no_pass(app_module, monkeypatch):
-    """The toggle off: no pass beyond the decode, and the Comparison tab and the step view say "not measured"."""
+def test_measuring_is_on_by_default_on_the_embedded_models_and_unticked_spends_no_pass(app_module, monkeypatch):
+    """Issue 66: the control is ticked and a request that does not say measures on the embedded models (a large
+    model measures on demand); unticked, no pass beyond the decode, and the Comparison tab and the step view say "not
+    measured"."""
     control = next(b for b in app_module.demo.blocks.values() if getattr(b, "elem_id", None) == "measure-clash")
-    assert control.value is False and "extra passes" in control.label
+    assert control.value is True and "extra passes" in control.label
+    assert parse_request(LIST, ["topk"], gen_length=16).measure_clash is True
+    assert parse_request(LIST, ["topk"], gen_length=16, model="dico-tiny-long").measure_clash is True
+    assert parse_request(LIST, ["topk"], gen_length=16, model="GSAI-ML/LLaDA-8B-Instruct").measure_clash is False
+    assert h.choose_model("dico-tiny")["measure_clash"] is True
     spent = []
     monkeypatch.setattr(Replayed, "log_probs", lambda self, *a: spent.append(a) or pytest.fail("a measuring pass"))
-    assert parse_request(LIST, ["topk"], gen_length=16).measure_clash is False
     result = run(app_module, LIST, [{"method": "topk", "settings": {"k": 4}}], 16, False)[-1]
     trace = result["traces"][0]
     assert spent == [] and trace.clash is None
-    assert list(result["table"].iloc[:, -1]) == ["not measured"]
+    assert list(result["table"].iloc[:, -2:].iloc[0]) == ["not measured", "not measured"]
     assert "clash not measured" in render.step_html(trace, 0) and "Measuring the clash" not in result["status"]
+
+
+def test_a_races_measuring_is_bounded_and_shared_among_its_lanes(predictor):
+    """At most ``CLASH_BUDGET`` passes a run, each lane an even share of what the lanes before it left; the steps
+    past a lane's share are left unmeasured, listed, and said in its card and the Comparison tab."""
+    from dico_ui import race as racing
+    req = parse_request(LIST, [{"method": "topk", "settings": {"k": 2}}, {"method": "topk", "settings": {"k": 4}}],
+                        gen_length=16)
+    *_, last = race(predictor, req)
+    full = [t.clash["passes"] for t in last.traces]
+    assert full == [16, 16] and not any("skipped" in t.clash for t in last.traces)
+    for trace in last.traces:
+        trace.clash = None
+    frames = list(racing.measured(predictor, last, budget=20))
+    two, four = frames[-1].traces
+    assert two.clash["passes"] == 10 and two.clash["skipped"] == [5, 6, 7]      # 10 of 20: five steps of 2
+    assert four.clash["passes"] == 8 and four.clash["skipped"] == [2, 3]         # the 10 left: two steps of 4
+    assert two.clash["passes"] + four.clash["passes"] <= 20
+    assert "3 steps not measured" in render.clash_cell(two) and "budget" in render.step_clash(two, 6)
 
 
 def test_a_race_stopped_while_measuring_keeps_its_decodes_and_says_what_was_not_measured(predictor):
@@ -138,10 +163,11 @@ def test_measuring_never_changes_a_decode(predictor, method, mode):
     assert [(s.committed, s.tokens, s.remasked, s.edited) for s in measured.steps] == \
         [(s.committed, s.tokens, s.remasked, s.edited) for s in plain.steps]
     assert measured.text == plain.text and measured.nfe == plain.nfe == len(plain.steps)
-    wide = [len(s.committed) >= 2 for s in plain.steps]
+    wide = [len(s.committed) + len(s.edited) >= 2 for s in plain.steps]      # an edit writes a token too
     limit = measured.clash["limit"]
     assert [v is not None for v in measured.clash["values"]] == wide
-    assert measured.clash["passes"] == sum(min(len(s.committed), limit) for s, w in zip(plain.steps, wide) if w)
+    assert measured.clash["passes"] == sum(min(len(s.committed) + len(s.edited), limit)
+                                           for s, w in zip(plain.steps, wide) if w)
 
 
 def test_the_step_view_says_the_steps_clash(measured, lesson):
@@ -272,7 +298,7 @@ def test_the_race_marks_what_the_figures_mark():
 
 def test_the_api_measures_on_request_and_the_trace_keeps_it(app_url, app_module, predictor):
     """``/run``'s optional last input: the clash is measured, in the Comparison table and in the downloaded trace;
-    left out, nothing is measured."""
+    false, nothing is measured; left out, the embedded model measures."""
     from gradio_client import Client
 
     from dico_ui.outputs import RESULTS
@@ -282,15 +308,18 @@ def test_the_api_measures_on_request_and_the_trace_keeps_it(app_url, app_module,
                                            api_name="/run")))
     bundle = json.loads(Path(out["download"]).read_text(encoding="utf-8"))
     trace = read_traces(json.dumps(bundle))[0]
-    assert trace.clash["passes"] == 16 and out["table"]["data"][0][-1] == render.clash_cell(trace)
-    out = dict(zip(RESULTS, client.predict(LIST, "dico-tiny", "non-ar", 16, 16, topk, "", False,
+    assert trace.clash["passes"] == 16 and out["table"]["data"][0][-2] == render.clash_cell(trace)
+    out = dict(zip(RESULTS, client.predict(LIST, "dico-tiny", "non-ar", 16, 16, topk, "", False, "", False,
                                            api_name="/run")))
-    assert out["table"]["data"][0][-1] == "not measured"
+    assert out["table"]["data"][0][-2] == "not measured"
+    out = dict(zip(RESULTS, client.predict(LIST, "dico-tiny", "non-ar", 16, 16, topk, "", False,
+                                           api_name="/run")))            # left out: the embedded model measures
+    assert out["table"]["data"][0][-2] != "not measured"
 
 
 @pytest.mark.e2e
 def test_in_a_browser_the_measurements_show_beside_the_run(page, app_url, artifacts):
-    """The control is there and off; the Attention tab prints the locality of each stage, and of each layer on
+    """The control is there and on; the Attention tab prints the locality of each stage, and of each layer on
     request; the step view maps the dependency at a step on request; no console error."""
     pytest.importorskip("playwright")
     from playwright.sync_api import expect
@@ -300,7 +329,7 @@ def test_in_a_browser_the_measurements_show_beside_the_run(page, app_url, artifa
     page.set_viewport_size({"width": 1400, "height": 1000})
     page.goto(app_url, timeout=120_000)
     expect(page.locator("#status")).to_contain_text("finished example run", timeout=120_000)
-    expect(page.locator("#measure-clash input")).not_to_be_checked()
+    expect(page.locator("#measure-clash input")).to_be_checked()
     page.get_by_role("tab", name="Attention").click()
     expect(page.locator("#attention-locality table")).to_contain_text("within 3")
     page.locator("#layers-button").click()
@@ -313,3 +342,21 @@ def test_in_a_browser_the_measurements_show_beside_the_run(page, app_url, artifa
     expect(page.locator("#dependency-note")).to_contain_text("Dependency before step 0 of DiCo")
     page.screenshot(path=str(artifacts / "dependency-map.png"), full_page=True)
     assert errors == []
+
+
+def test_the_shipped_runs_carry_their_clash_and_the_page_opens_on_top4s(app_module):
+    """Issue 66: the example run, the fork example and the editing example carry each lane's clash (``python -m
+    dico_ui.examples --clash``, measured as a page run is), so the page opens with Top-4's broken step marked in its
+    lane, in the Comparison tab (total and worst step) and in the clash figure."""
+    for name in ("example_run", "fork_example", "edit_example"):
+        traces = read_traces((ROOT / "assets" / "ui" / f"{name}.json").read_bytes())
+        assert all(t.clash is not None and len(t.clash["values"]) == t.nfe for t in traces), name
+    opened = h.first_impression()
+    topk = opened["traces"][1]
+    assert list(marked_steps(topk)) == [23]
+    assert "clash above 1 nat at step 23 (+13.7 nats)" in opened["answers"]
+    assert list(opened["table"].iloc[1, -2:]) == [render.clash_cell(topk), render.worst_cell(topk)]
+    assert render.worst_cell(topk).endswith("at step 23 (marked)")
+    marks = [d for d in opened["clash_plot"].data if d.name == "Top-4 per step"]
+    assert len(marks) == 1 and max(marks[0].y) == pytest.approx(13.7, abs=0.1)
+    assert opened["order"].data[0].type == "heatmap"

@@ -35,7 +35,8 @@ def clash_figure(traces: list[Trace]) -> go.Figure:
     """Each measured run's clash a step (nats), steps above ``CLASH_MARK`` marked."""
     measured = [t for t in traces if t.clash is not None]
     if not measured:
-        return notice("The clash was not measured for these runs (it costs passes: ask for it).", "Clash a step")
+        return notice("The clash was not measured for these runs (it costs passes: tick \"Measure the clash\" and run "
+                      "again).", "Clash a step")
     fig = go.Figure()
     for t in measured:
         steps = [k for k, v in enumerate(t.clash["values"]) if v is not None]
