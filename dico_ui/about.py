@@ -4,20 +4,22 @@ words that it is made of: which lanes answered right, what a revising lane took 
 fork panel's status says that too)."""
 from __future__ import annotations
 
+import json
 import string
+from pathlib import Path
 
 from dico.models import EMBEDDED_NAME
-from dico.settings import settings_table
+from dico.settings import NON_AR, SEMI_AR, settings_table
 from dico.trace import BUNDLE_SCHEMA, Trace
 from dico_ui import render
 from dico_ui.request import CONTROLS, group_label
-from dico_ui.text import clean, example_item, prose
+from dico_ui.text import EXAMPLES, clean, example_item, prose
 
 
 def about_text(traces: list[Trace], outside: str = "") -> str:
     """assets/ui/about.md with the run's numbers filled in: where each method's parallelism comes from."""
     values = dict(bundle_schema=BUNDLE_SCHEMA, embedded=EMBEDDED_NAME, run="", numbers="", lessons="",
-                  settings=settings_tables())
+                  settings=settings_tables(), long_lesson=long_lesson())
     if traces:
         rows = [render.parallelism(t) for t in traces]
         values["run"] = "The numbers below are those of the run on screen: " + render.run_caption(traces[0]) + "."
@@ -35,6 +37,48 @@ def about_text(traces: list[Trace], outside: str = "") -> str:
             "".join(f"\n\n{line}" for line in revised) + (f"\n\n{forked}" if forked else "") + \
             (f"\n\n⚠ {clean(outside)}" if outside else "")
     return string.Template(prose("about.md")).safe_substitute(values)
+
+
+# ============================================================================ where DiCo gains on this stage
+
+LONG_TABLE = EXAMPLES.parent.parent / "assets" / "bench" / "table1_gen256_dico-tiny-long.json"   # chain, dico-tiny-long
+SHORT_TABLE = EXAMPLES.parent.parent / "assets" / "bench" / "table1_gen96.json"        # the short families, dico-tiny
+
+
+def _passes(table: Path, mode: str = NON_AR) -> dict[str, dict[str, tuple[float, int, int]]]:
+    """A Table 1 file's mean NFE, right answers and items by task and row label, in ``mode``."""
+    try:
+        rows = json.loads(table.read_text())["rows"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    found: dict = {}
+    for row in rows:
+        if row.get("mode") == mode:
+            found.setdefault(row["task"], {})[row["label"]] = (row["nfe_mean"], row["correct"], row["n"])
+    return found
+
+
+def long_lesson(long_table: Path = LONG_TABLE, short_table: Path = SHORT_TABLE) -> str:
+    """Where on this stage DiCo saves passes against Fast-dLLM (long answers) and where it does not (short ones),
+    from the committed Table 1 files, non-AR; "" when neither is shipped."""
+    said = []
+    chain = _passes(long_table).get("chain", {})
+    if "DiCo" in chain and "Fast-dLLM" in chain:
+        (dico, right, n), (fast, fast_right, _) = chain["DiCo"], chain["Fast-dLLM"]
+        said.append(f"On {n} held-out long answers (gen 256, non-AR) DiCo took {dico:.1f} passes, "
+                    f"{dico / fast:.2f}x Fast-dLLM's {fast:.1f} ({right} and {fast_right} of {n} right)")
+        semi = _passes(long_table, SEMI_AR).get("chain", {})
+        if "DiCo" in semi and "Fast-dLLM" in semi:
+            (dico, right, n), (fast, fast_right, _) = semi["DiCo"], semi["Fast-dLLM"]
+            said.append(f"in semi-AR blocks of 128 {dico:.1f} against {fast:.1f} ({right} and {fast_right} right)")
+    short = _passes(short_table)
+    ratios = [(task, rows["DiCo"][0] / rows["Fast-dLLM"][0]) for task, rows in short.items()
+              if "DiCo" in rows and "Fast-dLLM" in rows]
+    if ratios:
+        shown = ", ".join(f"{task} {ratio:.2f}x" for task, ratio in ratios)
+        said.append(f"on the short families at gen 96 (dico-tiny) DiCo's passes are {shown} Fast-dLLM's")
+    return ("; ".join(said) + ". Divide and Conquer need a long answer to divide.") if said else ""
+
 
 
 def judged(traces: list[Trace]) -> str:

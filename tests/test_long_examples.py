@@ -8,6 +8,7 @@ import dico
 from dico.embedded import tasks
 from dico.trace import bundle_json
 from dico_ui import long_examples
+from dico_ui.about import long_lesson
 from dico_ui.render import judged_item
 
 ITEM = tasks.make_split("chain", "test", 1)[0]
@@ -55,10 +56,11 @@ def test_the_lesson_says_dicos_passes_against_fast_dllms_from_the_table_files(tm
     long, short = tmp_path / "long.json", tmp_path / "short.json"
     long.write_text(json.dumps({"rows": table("chain", 20.0, 40.0, 100)}))
     short.write_text(json.dumps({"rows": table("word", 30.0, 20.0, 200) + table("pick", 5.0, 5.0, 200)}))
-    said = long_examples.lesson(long, short)
+    said = long_lesson(long, short)
     assert "On 100 held-out long answers" in said and "20.0 passes, 0.50x Fast-dLLM's 40.0" in said
+    assert "semi-AR" not in said                                    # no semi-AR Fast-dLLM row to set it against
     assert "word 1.50x, pick 1.00x Fast-dLLM's" in said
-    assert long_examples.lesson(tmp_path / "none.json", tmp_path / "none.json") == ""
+    assert long_lesson(tmp_path / "none.json", tmp_path / "none.json") == ""
 
 
 def test_the_shipped_bundles_replay_and_the_trajectory_figure_draws_the_three_runs_the_paper_draws(tmp_path):

@@ -9,6 +9,7 @@ decoded in batches (``dico.batch``), which commit exactly what decoding each ite
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -125,14 +126,27 @@ def measure_table(plan: TablePlan, session: Session) -> Report:
     # the saved chunks' key: what every chunk's counts depend on beyond its own config and items
     store = Parts(plan.parts, {"bench": TABLE_CELLS, "weights": weights_id(session.args.model),
                                **decoded_on(session.model), "batch_size": plan.batch_size}) if plan.parts else None
+    before = {json.dumps(part, sort_keys=True) for part, _ in store.saved()} if store else set()
     rows, how = run_parts(partial(run, store=store), session.model, plan.configs, plan.families, plan.modes,
                           plan.n_items, plan.lengths, plan.batch_size, plan.jobs, None, session.predictor,
                           progress=session.progress)
+    if store:           # what the chunks took when they were decoded, this run or an earlier one
+        mine = [(part, took) for part, took in store.saved() if _in_plan(part, plan)]
+        how = {"parts": how["parts"], "chunks": len(mine), "decode_seconds": round(sum(t for _, t in mine)),
+               "chunks_resumed": sum(json.dumps(part, sort_keys=True) in before for part, _ in mine)}
     if plan.keep is not None:
         rows = [r for r in rows if r["label"] in plan.keep]
     return Report(markdown(rows, title), {
         "title": title, **session.about(), "lengths": [list(p) for p in plan.lengths], "batch_size": plan.batch_size,
         "jobs": plan.jobs, "machine": where, **how, "rows": without_outcomes(rows)})
+
+
+def _in_plan(part: dict, plan: TablePlan) -> bool:
+    """Whether a saved chunk is one of ``plan``'s cells' (Vanilla's included) within its items."""
+    label, _, _, mode, task, gen, block = part["cell"]
+    labels = {REFERENCE[0], *(c[0] for c in plan.configs)}
+    return (label in labels and task in plan.families and mode in plan.modes and part["items"][1] <= plan.n_items
+            and any(gen == g and block == (b if mode == SEMI_AR else None) for g, b in plan.lengths))
 
 
 def table_configs(text: str | None) -> list:

@@ -67,6 +67,19 @@ class Parts:
         loaded = self.load(part)
         return loaded[0] if loaded else None
 
+    def saved(self) -> list[tuple[dict, float]]:
+        """Every part saved under this run's key: its part (as ``put`` was given it) and the seconds it took."""
+        found = []
+        for path in sorted(self.folder.glob("part-*.json")):
+            try:
+                saved = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            key = saved.get("key", {})
+            if {k: v for k, v in key.items() if k != "part"} == self.run_key:
+                found.append((key["part"], float(saved.get("seconds", 0.0))))
+        return found
+
     def drop(self, part) -> None:
         """Forget a saved part (one whose rows a larger part now holds)."""
         self._path(part).unlink(missing_ok=True)
