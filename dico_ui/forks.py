@@ -266,8 +266,9 @@ class ForkJob(Job):
 
     def live(self, frame: Frame) -> dict:
         fork = frame.lanes[-1]
+        doing = "decoded; measuring its clash (extra passes, apart from its steps)…" if frame.measuring else "decoding"
         return {"status": f"Forked {clean(self.req.parent.name)} at step {self.req.at}: {clean(fork.label)}, step "
-                          f"{fork.k + 1}, decoding",
+                          f"{fork.k + 1}, {doing}",
                 "answers": render.lanes_html([(lane.trace, lane.k, lane.state) for lane in frame.lanes],
                                              self.token_text)}
 
