@@ -24,7 +24,9 @@ records the difference:
   out of its commits, and a pass whose every chosen draw was the mask commits nothing (``may_idle``);
 - when the pass's share is larger than the masks left, SDAR's ``torch.topk`` also picks written positions (and prompt
   positions) and overwrites them with fresh draws; the rule commits the masked ones only;
-- after ``steps`` passes SDAR's schedule has no entry (its code would fail); the rule commits one a pass.
+- a pass whose share is 0 (more ``steps`` than the block has positions, reached after passes that wrote nothing)
+  commits nothing, as SDAR's; after ``steps`` passes SDAR's schedule has no entry (its code would fail); the rule
+  commits one a pass.
 """
 from __future__ import annotations
 
