@@ -9,6 +9,9 @@ editing example (LLaDA 2.1 replacing a written token mid-decode, which repairs i
     python -m dico_ui.examples --edit pick,team --items 40     # the editing example (assets/ui/edit_example.json)
     python -m dico_ui.examples --clash                # measure the three shipped bundles' clash in place
 
+Every bundle written carries each run's clash (``dico.observe.annotate_clash``, measured after the decode as the page
+measures a run on the embedded model), so the page opens with Top-4's clash marked.
+
 ``--choose`` races every candidate item and keeps those that show the lesson: Vanilla (one token a step),
 Fast-dLLM and DiCo answer right and naive top-k answers wrong. Of those it opens on the one whose DiCo answer is
 complete soonest (then Fast-dLLM's, then the shorter prompt), adds it to assets/examples.json if it is not there
@@ -39,9 +42,11 @@ LESSON_LANES = list(DEFAULT_METHODS)         # the page's default race: Vanilla,
 NAIVE = 1                                   # LESSON_LANES' index of the lane that is meant to break
 
 
-def race_traces(predictor, prompt: str, lanes=LESSON_LANES) -> list:
-    """The race the page runs (own-step timing), non-AR at the default length: its finished traces."""
-    req = parse_request(prompt, list(lanes), mode=NON_AR, gen_length=DEFAULT_GEN_LENGTH)
+def race_traces(predictor, prompt: str, lanes=LESSON_LANES, gen_length: int = DEFAULT_GEN_LENGTH,
+                measure_clash: bool = False) -> list:
+    """The race the page runs (own-step timing), non-AR at ``gen_length``: its finished traces."""
+    req = parse_request(prompt, list(lanes), model=predictor.name, mode=NON_AR, gen_length=gen_length,
+                        measure_clash=measure_clash)
     *_, last = race(predictor, req)
     return last.traces
 
@@ -96,6 +101,48 @@ def example_entry(item, found: dict, model: str) -> dict:
                        f"right, naive top-k wrong; top-k wrong on {found['naive_wrong']}); this one completes "
                        "DiCo's answer soonest")
     return entry
+
+
+# ============================================================================ the long worked answers
+
+# The long-answer examples open on the model trained for them, at the paper's length (its GSM8K runs: gen 256).
+LONG_MODEL, LONG_GEN_LENGTH, LONG_FAMILY = "dico-tiny-long", 256, "chain"
+LONG_EXAMPLE = "long_example_{}.json"       # under assets/ui, one bundle a long example
+
+
+def choose_long(predictor, count: int, n_items: int, progress: bool = True) -> list[tuple[object, list]]:
+    """The first ``count`` held-out chain items (of the first ``n_items``) whose Vanilla answer is right, each with
+    its race at gen 256: not chosen for what DiCo or Fast-dLLM do on them, so the examples show the usual case."""
+    from tqdm import tqdm
+
+    from dico.embedded import tasks
+
+    chosen = []
+    for item in tqdm(tasks.make_split(LONG_FAMILY, "test", n_items), desc="long examples", disable=not progress):
+        traces = race_traces(predictor, item.prompt, gen_length=LONG_GEN_LENGTH, measure_clash=True)
+        if verdicts(item, traces)[0]:
+            chosen.append((item, traces))
+        if len(chosen) == count:
+            return chosen
+    raise SystemExit(f"only {len(chosen)} of the first {n_items} chain items are answered right by Vanilla")
+
+
+def write_long_examples(predictor, count: int, n_items: int, examples: Path) -> None:
+    """Race and save the long examples (assets/ui/long_example_N.json) and name them in the examples file."""
+    shipped = json.loads(examples.read_text())
+    shipped["examples"] = [e for e in shipped["examples"] if e.get("model") != LONG_MODEL]
+    for n, (item, traces) in enumerate(choose_long(predictor, count, n_items), 1):
+        out = EXAMPLE_RUN.parent / LONG_EXAMPLE.format(n)
+        out.write_text(bundle_json(traces))
+        right = verdicts(item, traces)
+        shipped["examples"].append(item_entry(item) | {
+            "model": LONG_MODEL, "gen_length": LONG_GEN_LENGTH, "trace": f"assets/ui/{out.name}",
+            "chosen": f"by python -m dico_ui.examples --long {count}: the {n}. of the first held-out chain items "
+                      "that Vanilla answers right on " + LONG_MODEL})
+        for trace, ok in zip(traces, right):
+            print(f"{'right' if ok else 'wrong'}  {trace.label}: nfe={trace.nfe} answer_nfe={trace.answer_nfe}")
+        print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
+    examples.write_text(json.dumps(shipped, indent=1, ensure_ascii=False) + "\n")
 
 
 # ============================================================================ the clash the shipped runs carry
@@ -287,12 +334,18 @@ def main(argv=None) -> int:
                         f"example ({EDIT_EXAMPLE.relative_to(EXAMPLES.parent.parent)}, added to the examples file)")
     parser.add_argument("--out", type=Path, help=f"bundle to write (default {EXAMPLE_RUN}, with --fork {FORK_EXAMPLE}, "
                         f"with --edit {EDIT_EXAMPLE})")
+    parser.add_argument("--long", type=int, metavar="N", help=f"race the first N held-out chain items Vanilla answers "
+                        f"right on {LONG_MODEL} at gen {LONG_GEN_LENGTH} and ship them as examples (assets/ui/"
+                        f"{LONG_EXAMPLE.format('N')})")
     parser.add_argument("--clash", action="store_true", help="measure the clash of the shipped example run, fork "
                         "example and editing example in place (their decodes unchanged)")
     args = parser.parse_args(argv)
     shipped = json.loads(args.examples.read_text())
     if args.clash:
         write_clash(get_predictor())
+        return 0
+    if args.long:
+        write_long_examples(get_predictor(LONG_MODEL), args.long, args.items, args.examples)
         return 0
     warm_up()
     predictor = get_predictor()

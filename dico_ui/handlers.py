@@ -20,7 +20,7 @@ from dico.observe import WITHIN, dependency, layer_locality, layer_maps, localit
 from dico.trace import MAX_JSON_BYTES, read_traces
 from dico_ui import render, runs
 from dico_ui.limits import LIMITS
-from dico_ui.models import EMBEDDED_NAME, HUB_MODELS, describe, get_predictor, gpu, is_warm, mark_warm
+from dico_ui.models import EMBEDDED_NAME, HUB_MODELS, MODEL_NOTES, describe, get_predictor, gpu, is_warm, mark_warm
 from dico_ui.outputs import RESULTS, banner, cleared, figure, friendly, results  # noqa: F401  (RESULTS: tests)
 from dico_ui.race import Frame, race, replay
 from dico_ui.request import CONTROLS, RunRequest, api_request, check, measures_by_default, page_request
@@ -399,7 +399,10 @@ def model_note(predictor=None, failed: str = "") -> str:
     where = f"Runs on **{clean(describe(predictor))}**." if predictor is not None else ""
     if failed:
         where = f"**{clean(failed)} could not be loaded here**; the embedded model keeps working. " + where
+    if predictor is not None and predictor.name in MODEL_NOTES:
+        where += " " + MODEL_NOTES[predictor.name]
     return where
+
 
 
 def show_block_length(mode) -> dict:

@@ -18,6 +18,7 @@ from dico_ui import forks, lane_controls
 from dico_ui import handlers as h
 from dico_ui.about import about_text
 from dico_ui.limits import LIMITS
+from dico_ui.long_examples import button_label, long_examples
 from dico_ui.models import model_choices
 from dico_ui.render import TABLE_COLUMNS
 from dico_ui.request import CONTROLS, MAX_GEN_LENGTH, group_label
@@ -137,12 +138,20 @@ def run_column() -> dict:
     c = {"prompt": gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
                               placeholder="e.g. Tom has 5 apples. He buys 3 more apples. How many apples does "
                                           "Tom have now?")}
+    examples = [e for e in examples if not e.get("model")]    # the long ones open on their own model: buttons below
     if examples:
         gr.Examples([[e["prompt"]] for e in examples], inputs=[c["prompt"]], label="Examples",
                     example_labels=[example_label(e) for e in examples], examples_per_page=len(examples),
                     elem_id="examples")
     else:
         gr.Markdown(examples_notice, elem_id="examples-notice")
+    long = long_examples()
+    if long:
+        with gr.Row(elem_id="long-examples"):
+            gr.Markdown("**Long worked answers**, where the paper measures DiCo (replayed, no model needed):",
+                        elem_classes="long-title")
+            c["long_examples"] = [gr.Button(button_label(e), size="sm", elem_id=f"long-example-{i}", min_width=160)
+                                  for i, e in enumerate(long)]
     with gr.Row(elem_id="run-row"):
         c["run"] = gr.Button("Run", variant="primary", elem_id="run", scale=3, min_width=100)
         c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop", scale=1, min_width=80)

@@ -14,6 +14,7 @@ from dico.settings import NON_AR
 from dico.trace import Trace, read_traces
 from dico_ui import render
 from dico_ui.about import long_lesson
+from dico_ui.models import MODEL_NOTES
 from dico_ui.outputs import friendly, results
 from dico_ui.text import EXAMPLES, clean
 
@@ -53,6 +54,7 @@ def opener(index: int):
         status = (f"A long worked answer on **{clean(example['model'])}** at gen {example['gen_length']}, replayed "
                   f"from traces shipped with the app: {render.run_caption(traces[0])}. Passes: {passes}.  \n"
                   + (long_lesson() + "  \n" if long_lesson() else "") + render.summary(traces))
+        note = f"**{clean(example['model'])}** loads when you press Run. " + MODEL_NOTES.get(example["model"], "")
         return {**results(traces, status), "prompt": traces[0].prompt, "model": example["model"],
-                "gen_length": example["gen_length"], "mode": NON_AR}
+                "gen_length": example["gen_length"], "mode": NON_AR, "model_note": note}
     return open_long_example

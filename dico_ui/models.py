@@ -44,8 +44,11 @@ def gpu_available() -> bool:
     return torch.cuda.is_available() or zero_gpu()
 
 
-# What each embedded model is for, in the model menu.
+# What each embedded model is for, in the model menu, and what the page says beside one trained for one regime.
 EMBEDDED_ROLES = {EMBEDDED_NAME: "embedded, runs anywhere", "dico-tiny-long": "embedded, long worked answers, gen 256"}
+MODEL_NOTES = {"dico-tiny-long": "Trained for long worked answers (several changes to a count, each step written "
+                                 "out): give it gen_length 256. On short prompts dico-tiny answers more often "
+                                 "(assets/dico-tiny-long/README.md)."}
 
 
 def model_choices() -> list[tuple[str, str]]:

@@ -236,15 +236,16 @@ def check(req: RunRequest, pass_s: Callable[[int], float]) -> tuple[MaskPredicto
     encode_fixed(predictor, dict(req.constraints), req.gen_length)          # words on the model: named errors
     ids = check_request(predictor, req.prompt, req.lanes[0].method, req.mode, req.gen_length, req.block_length)
     warnings = [w for w in (too_long(req, pass_s(len(ids) + req.gen_length)),) if w]
-    if predictor.name != EMBEDDED_NAME:
+    name = predictor.name
+    if name not in EMBEDDED_MODELS:
         return predictor, warnings, ""
     unknown = list(dict.fromkeys(predictor.unknown_words(req.prompt)))
     if unknown:
         shown = ", ".join(f"'{w}'" for w in unknown[:12])
-        warnings.append(f"prompt: the model {EMBEDDED_NAME} does not know {shown}; it reads "
+        warnings.append(f"prompt: the model {name} does not know {shown}; it reads "
                         f"{'them' if len(unknown) > 1 else 'it'} as an unknown word. It still runs.")
     why = ([f"{len(unknown)} unknown word(s)"] if unknown else []) + \
-        scope.outside(req.prompt, scope.trained_families(train_log(EMBEDDED_NAME)))
-    outside = (f"This prompt lies outside what {EMBEDDED_NAME} was trained on ({'; '.join(why)}): expect a "
+        scope.outside(req.prompt, scope.trained_families(train_log(name)))
+    outside = (f"This prompt lies outside what {name} was trained on ({'; '.join(why)}): expect a "
                "task-shaped guess, not an answer.") if why else ""
     return predictor, warnings, outside

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 
-from dico_ui import forks, lane_controls
+from dico_ui import forks, lane_controls, long_examples
 from dico_ui import handlers as h
 from dico_ui.outputs import RESULTS
 
@@ -131,4 +131,7 @@ def wire_fork_panel(c: dict, results: list) -> None:
     c["step_run"].change(keyed(forks.lanes_menu, c), [c["traces"]], [c["fork_with"]], **quiet)
     for button, opened in (("fork_example", forks.open_example), ("edit_example", forks.open_edit_example)):
         c[button].click(keyed(opened, c), None, results + [c["prompt"]], show_api=False, show_progress="minimal")
+    shown = results + [c[name] for name in ("prompt", "model", "gen_length", "mode", "model_note")]
+    for i, button in enumerate(c.get("long_examples", [])):
+        button.click(keyed(long_examples.opener(i), c), None, shown, show_api=False, show_progress="minimal")
     c["api_fork"].click(keyed(forks.fork_api, c), c["api_fork_in"], results, api_name="fork", **live)

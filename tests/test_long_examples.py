@@ -33,6 +33,7 @@ def test_every_shipped_long_example_opens_on_its_model_and_length_from_its_own_t
         assert {t.model for t in traces} == {example["model"]} and {t.gen_length for t in traces} == {256}
         assert out["model"] == example["model"] and out["gen_length"] == 256 and out["mode"] == "non-ar"
         assert out["prompt"] == example["prompt"] and all(t.clash is not None for t in traces)
+        assert out["model_note"].startswith(f"**{example['model']}** loads when you press Run")
         assert {t.method for t in traces} >= {"vanilla", "fast", "dico"}
 
 
