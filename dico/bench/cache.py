@@ -16,7 +16,8 @@ from dico.bench.runner import Report, Session, Subcommand, add_measure
 from dico.bench.tables import cache_tables
 from dico.embedded import tasks
 from dico.lanes import default_label
-from dico.settings import METHODS, SEMI_AR
+from dico.methods import RULES
+from dico.settings import METHODS, SEMI_AR, decodes_in
 
 # The cache benchmark (issue 27). Speed: Fast-dLLM's setting (gen 256, blocks of 32, dual cache) and the delayed
 # cache in non-AR; accuracy: each cache kind in the mode it serves, on Table 1's items and lengths. A case is
@@ -32,12 +33,14 @@ PIECE_CHUNK = 40     # items a saved chunk of a cache piece holds: a stopped run
 
 def cache_cases(lengths=LENGTHS[:1], refreshes=(0,), modes=(SEMI_AR, "non-ar"), methods=METHODS,
                 keep_prompt=(True,)) -> list[tuple]:
-    """The accuracy part's cases: every method with the cache kinds of each mode they serve, at each refresh
-    interval (0: only at a block start or the first pass), with the prompt kept between refreshes and/or not."""
+    """The accuracy part's cases: every method that can run with a cache (``Rule.cannot``) with the cache kinds of
+    each mode it decodes in (``decodes_in``) and they serve, at each refresh interval (0: only at a block start or
+    the first pass), with the prompt kept between refreshes and/or not."""
     return [(m, mode, gen, block if mode == SEMI_AR else None, kinds, refresh) + (() if keep else
                                                                                   ({"cache_prompt": False},))
             for gen, block in lengths for refresh in refreshes for keep in keep_prompt
-            for mode, kinds in CACHE_SERVES.items() if mode in modes for m in methods]
+            for mode, kinds in CACHE_SERVES.items() if mode in modes for m in methods
+            if decodes_in(m, mode) and "cache" not in RULES[m].cannot]
 
 
 def case_settings(case) -> dict:
