@@ -277,6 +277,7 @@ def worst_cell(trace: Trace) -> str:
     if found is None:
         return "no step of two tokens or more"
     k, value = found
+    value = value if abs(value) >= 0.005 else 0.0           # a rounded -0.00 reads as a credit; it is none
     return f"{value:+.2f} nats at step {k}" + (" (marked)" if value > CLASH_MARK else "")
 
 

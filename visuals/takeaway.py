@@ -247,8 +247,9 @@ def comparison_rows(traces: list[Trace]) -> list[list[str]]:
     for t in traces:
         values = [(k, v) for k, v in enumerate((t.clash or {}).get("values") or []) if v is not None]
         total = "not measured" if t.clash is None else f"{sum(v for _, v in values if v > 0):.2f} nats"
-        worst = "not measured" if t.clash is None else "no step of two tokens" if not values else \
-            "{1:+.2f} nats at step {0}".format(*max(values, key=lambda kv: (kv[1], -kv[0])))
+        top = max(values, key=lambda kv: (kv[1], -kv[0])) if values else None
+        worst = "not measured" if t.clash is None else "no step of two tokens" if top is None else \
+            f"{top[1] if abs(top[1]) >= 0.005 else 0.0:+.2f} nats at step {top[0]}"
         rows.append([t.name, str(t.nfe), str(t.answer_nfe), total, worst, t.text.strip()])
     return rows
 
