@@ -48,7 +48,8 @@ def predictor(tiny):
 # ============================================================================ what load_model refuses
 
 def test_a_missing_folder_is_refused(tmp_path):
-    with pytest.raises(ModelError, match=r"^model: .*missing.* is neither an existing folder nor a hub id"):
+    with pytest.raises(ModelError, match=r"^model: .*missing.* is neither an embedded model \(dico-tiny, "
+                                         r"dico-tiny-long\), an existing folder nor a hub id"):
         load_model(tmp_path / "missing")
     with pytest.raises(ModelError, match="^model:"):
         load_model("no-such-model")
