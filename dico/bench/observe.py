@@ -38,10 +38,21 @@ def mean_ci(values: list[float]) -> dict:
     return {"mean": round(mean, 4), "low": round(mean - half, 4), "high": round(mean + half, 4), "n": len(values)}
 
 
+# Where a family's answers need more than the default length (chain: worked answers, decoded at the paper's gen 256
+# and semi-AR blocks of 128), its observations are made there.
+LONG_LENGTHS = {family: (gen, 128) for family, gen in tasks.LONG_FAMILIES.items()}
+
+
+def lengths_of(family: str) -> tuple[int, int]:
+    """The gen length and semi-AR block a family's observations decode at."""
+    return LONG_LENGTHS.get(family, (DEFAULT_GEN_LENGTH, DEFAULT_BLOCK_LENGTH))
+
+
 def _decode(predictor, items, method, settings, mode, batch_size, capture=False):
     from dico.batch import decode_batch, drain
+    gen, block = lengths_of(items[0].family)
     runs = decode_batch(predictor, [item.prompt for item in items], method, batch_size=batch_size, mode=mode,
-                        gen_length=DEFAULT_GEN_LENGTH, block_length=DEFAULT_BLOCK_LENGTH if mode == SEMI_AR else None,
+                        gen_length=gen, block_length=block if mode == SEMI_AR else None,
                         settings=settings, capture_attention=capture)
     return drain(runs, lambda: None)
 
@@ -95,8 +106,8 @@ def observations(predictor, family: str, mode: str, n_items: int, batch_size: in
                     for name in ("within", "even", "mean_distance", "total"):
                         lens.setdefault(key, {}).setdefault(name, []).append(getattr(got, name))
     clusters = [moderate_clusters(t) for t in traces]
-    floors = [floor(predictor, item.prompt, mode=mode, gen_length=DEFAULT_GEN_LENGTH,
-                    block_length=DEFAULT_BLOCK_LENGTH) for item in items]
+    gen, block = lengths_of(family)
+    floors = [floor(predictor, item.prompt, mode=mode, gen_length=gen, block_length=block) for item in items]
     right = sum(tasks.check(item, t.text) for item, t in zip(items, traces))
     floor_right = sum(tasks.check(item, f.text) for item, f in zip(items, floors))
     return [{"kind": "observe", "family": family, "mode": mode, "n": len(items), "within": WITHIN,
@@ -105,7 +116,7 @@ def observations(predictor, family: str, mode: str, n_items: int, batch_size: in
              "moderate_run_length": mean_ci([c.mean_length for c in clusters if c.runs]),
              "moderate_committed_soon": mean_ci([c.soon_share for c in clusters if c.positions]),
              "overlooked_per_item": mean_ci([len(c.overlooked) for c in clusters]),
-             "vanilla_right": right, "vanilla_nfe": DEFAULT_GEN_LENGTH,
+             "vanilla_right": right, "vanilla_nfe": gen, "gen_length": gen,
              "floor_right": floor_right, "floor_nfe": mean_ci([f.nfe for f in floors]),
              "floor_passes": sum(f.passes for f in floors), "dependency_passes": passes}]
 
@@ -127,6 +138,7 @@ def clashes(predictor, config: int, family: str, mode: str, n_items: int, batch_
         rows[kind][0] += 1
         rows[kind][1] += top > CLASH_MARK
     return [{"kind": "clash", "label": label, "method": method, "family": family, "mode": mode, "n": len(items),
+             "gen_length": lengths_of(family)[0],
              "right": rows["right"][0], "right_marked": rows["right"][1], "wrong": rows["wrong"][0],
              "wrong_marked": rows["wrong"][1], "largest_clash": mean_ci(largest), "passes": passes,
              "nfe": statistics.fmean(t.nfe for t in traces)}]
@@ -147,8 +159,9 @@ class Plan:
 
     @property
     def title(self) -> str:
-        return (f"The paper's observations on the embedded model: gen {DEFAULT_GEN_LENGTH} (semi-AR blocks of "
-                f"{DEFAULT_BLOCK_LENGTH}), {self.n_items} held-out items a family, Vanilla's trajectories")
+        lengths = sorted({lengths_of(cell[-2]) for cell in self.cells})
+        shown = ", ".join(f"gen {gen} (semi-AR blocks of {block})" for gen, block in lengths)
+        return f"The paper's observations: {shown}, {self.n_items} held-out items a family, Vanilla's trajectories"
 
 
 def plan(args) -> Plan:
@@ -174,7 +187,8 @@ def measure(plan: Plan, session: Session) -> Report:
     else:
         rows = [row for c in plan.cells for row in work(session.predictor, c)]
     return Report(observe_markdown(rows, plan.title), {"title": plan.title, **about, "machine": where,
-                                               "gen_length": DEFAULT_GEN_LENGTH, "rows": rows})
+                                               "gen_length": max(lengths_of(c[-2])[0] for c in plan.cells),
+                                               "rows": rows})
 
 
 def register(subparsers) -> None:
