@@ -40,7 +40,8 @@ THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate",
 
 
 def example_label(example: dict) -> str:
-    kind = {f: f.capitalize() for f in ("word", "list", "pick", "team", "free")}.get(example.get("family"), "Example")
+    families = ("word", "list", "pick", "team", "chain", "free")
+    kind = {f: f.capitalize() for f in families}.get(example.get("family"), "Example")
     prompt = example["prompt"]
     return f"{kind} · {prompt[:30].rstrip()}…" if len(prompt) > 32 else f"{kind} · {prompt}"
 

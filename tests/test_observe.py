@@ -205,7 +205,7 @@ def test_table1_and_the_frontier_read_every_rows_passes_against_the_floor(predic
     assert table[4].endswith(f"| {16 / bound['nfe_mean']:.1f} |")     # Vanilla: 16 passes
     assert table[5].endswith(f"| {8 / bound['nfe_mean']:.1f} |")      # Top-2: 8
     assert table[6].endswith("| - | 1.0 |")                             # the floor: no AUP, its own passes
-    assert "NFE / floor = the row's passes over the floor's" in table[-1]
+    assert "NFE / floor = the row's mean passes over the floor's" in table[-1]
     points = frontier.frontier(predictor, ("pick",), ("non-ar",), 2, gen_length=16, batch_size=2, progress=False,
                                chosen=("topk", "floor"))
     assert [p["sweep"] for p in points][-1] == "Floor" and points[-1]["nfe_mean"] == bound["nfe_mean"]
