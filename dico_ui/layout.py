@@ -146,18 +146,18 @@ def run_column() -> dict:
                     elem_id="examples")
     else:
         gr.Markdown(examples_notice, elem_id="examples-notice")
-    long = long_examples()
-    if long:
-        with gr.Row(elem_id="long-examples"):
-            gr.Markdown("**Long worked answers**, where the paper measures DiCo (replayed, no model needed):",
-                        elem_classes="long-title")
-            c["long_examples"] = [gr.Button(button_label(e), size="sm", elem_id=f"long-example-{i}", min_width=160)
-                                  for i, e in enumerate(long)]
     with gr.Row(elem_id="run-row"):
         c["run"] = gr.Button("Run", variant="primary", elem_id="run", scale=3, min_width=100)
         c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop", scale=1, min_width=80)
     c["status"] = gr.Markdown("Loading the example run…", elem_id="status")
     c["answers"] = gr.HTML(elem_id="answers", padding=False)
+    long = long_examples()
+    if long:            # below the race, so the first screen still shows the example race above the fold
+        with gr.Row(elem_id="long-examples"):
+            gr.Markdown("**Long worked answers**, where the paper measures DiCo (replayed, no model needed):",
+                        elem_classes="long-title")
+            c["long_examples"] = [gr.Button(button_label(e), size="sm", elem_id=f"long-example-{i}", min_width=160)
+                                  for i, e in enumerate(long)]
     with gr.Row(elem_id="replay-row"):
         c["speed"] = gr.Number(10, label="replay speed (steps per second)", elem_id="speed", min_width=160,
                                info=f"in (0, {h.MAX_SPEED}]")

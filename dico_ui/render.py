@@ -383,8 +383,7 @@ def summary(traces: list[Trace], outside: str = "") -> str:
     measured = [t for t in traces if t.clash is not None]
     if measured:
         parts.append(f"Measuring the clash took {sum(t.clash['passes'] for t in measured)} passes after the decode, "
-                     f"apart from the steps counted above; a step whose clash is above {MARK} is marked in the race, "
-                     "and the Comparison tab gives each lane's total and worst step.")
+                     f"not counted above; a clash above {MARK} is marked in the race.")
     return " ".join(parts)
 
 
