@@ -15,10 +15,8 @@ from dico.trace import END_TEXTS, STAGES, Trace
 from dico_ui.limits import LIMITS
 from dico_ui.text import clean, example_item, isolated, prose
 from visuals import METHOD_COLORS, reference, run_colors
+from visuals.takeaway import conf_color  # the race and the GIF share one colour scale
 
-# Viridis stops, the colour scale of the trajectory figure: a token's colour reads the same in both.
-VIRIDIS = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0.75, (94, 201, 98)),
-           (1.0, (253, 231, 37)))
 MASK_SYMBOL = "▢"
 MARK = f"{CLASH_MARK:g} nat" + ("" if CLASH_MARK == 1 else "s")     # the clash a step is marked above, in words
 
@@ -26,17 +24,6 @@ MARK = f"{CLASH_MARK:g} nat" + ("" if CLASH_MARK == 1 else "s")     # the clash 
 def label(method: str) -> str:
     """A method's label (a lane is named by its own: ``trace.name``)."""
     return METHOD_LABELS.get(method, method)
-
-
-def conf_color(conf: float) -> tuple[str, str]:
-    """Background and text colour of a token committed at confidence ``conf`` (viridis)."""
-    conf = min(max(float(conf), 0.0), 1.0)
-    for (a, ca), (b, cb) in zip(VIRIDIS, VIRIDIS[1:]):
-        if conf <= b:
-            t = (conf - a) / (b - a)
-            rgb = [round(x + (y - x) * t) for x, y in zip(ca, cb)]
-            return "#{:02x}{:02x}{:02x}".format(*rgb), ("#000" if conf > 0.55 else "#fff")
-    return "#fde725", "#000"
 
 
 @dataclass
