@@ -39,25 +39,63 @@ import torch.nn.functional as F
 BLOCK_KIND = "block"
 
 
+class BlockDriver:
+    """How the project calls one release's own forward: the only release-specific code on the decoding path.
+
+    ``whole``: logits (b, l, v) of one pass over the whole sequence under ``mask`` (b, 1, l, l bool: the block-causal
+    mask, padded keys hidden). ``call``: logits (1, w, v) of ``ids`` (1, w) at positions ``offset`` .. ``offset + w``
+    attending to what ``past`` (the model's own cache object, made by ``new_past``) holds and to themselves under
+    ``mask`` (1, w, stored + w bool); with ``store`` their keys and values are appended to ``past``, without it
+    ``past`` is left as it was."""
+
+    def new_past(self):
+        from transformers.cache_utils import DynamicCache
+        return DynamicCache()
+
+    def whole(self, model, ids, mask, positions):
+        raise NotImplementedError
+
+    def call(self, model, ids, mask, offset: int, past, store: bool):
+        raise NotImplementedError
+
+
+class SDARDriver(BlockDriver):
+    """SDAR's ``modeling_sdar.py`` (JetAstra/SDAR, MIT): a bool mask, ``position_ids``, and its ``store_kv`` switch
+    saying whether a cached call appends its keys and values (``block_diffusion_generate``'s two kinds of pass)."""
+
+    def whole(self, model, ids, mask, positions):
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False).logits
+
+    def call(self, model, ids, mask, offset, past, store):
+        positions = torch.arange(offset, offset + ids.shape[1], device=ids.device)[None]
+        return model(ids, attention_mask=mask, position_ids=positions, past_key_values=past, use_cache=True,
+                     store_kv=store).logits
+
+
 @dataclass(frozen=True)
 class BlockRelease:
-    """One family of block diffusion checkpoints: how its config names it, where its block size is, and whether the
-    project drives its code (``driven``: a cached and an uncached pass through its own modules are tested)."""
+    """One family of block diffusion checkpoints: how its config names it, where its block size is, and the driver
+    that calls its code (None: recognised, not driven yet, and ``why_not`` says why)."""
     name: str
     markers: tuple          # lower-case substrings of the config's model_type / architectures
     block_key: str | None   # the config entry holding the block size
     default_block: int      # the block its generate code uses when the config names none
-    driven: bool
+    driver: BlockDriver | None
     why_not: str = ""
+
+    @property
+    def driven(self) -> bool:
+        return self.driver is not None
 
 
 RELEASES = (
-    BlockRelease("SDAR", ("sdar",), "block_size", 4, True),
-    BlockRelease("LLaDA 2.x", ("llada2",), "block_length", 32, False,
+    BlockRelease("SDAR", ("sdar",), "block_size", 4, SDARDriver()),
+    BlockRelease("LLaDA 2.x", ("llada2",), "block_length", 32, None,
                  "its MoE code's forward (a 4-D additive block mask, its own cache) has no tested driver here yet"),
-    BlockRelease("Fast-dLLM v2", ("fast_dllm",), "bd_size", 32, False,
+    BlockRelease("Fast-dLLM v2", ("fast_dllm",), "bd_size", 32, None,
                  "its forward (block and sub-block caches driven by its own generate) has no tested driver here yet"),
 )
+SDAR = RELEASES[0]
 
 
 def release_of(config: dict) -> BlockRelease | None:
@@ -127,9 +165,7 @@ def block_forward(predictor, ids: torch.Tensor, attention_mask: torch.Tensor | N
     if attention_mask is not None:
         mask = mask & predictor.to_model(attention_mask).bool()[:, None, None, :]
     positions = torch.arange(l, device=device)[None].expand(b, l)
-    out = predictor.model(input_ids=predictor.to_model(ids), attention_mask=mask, position_ids=positions,
-                          use_cache=False)
-    return out.logits, None
+    return predictor.release.driver.whole(predictor.model, predictor.to_model(ids), mask, positions), None
 
 
 @dataclass
@@ -151,14 +187,12 @@ class BlockStore:
         """Logits (1, l, v) after computing ``positions`` (one block, ascending) against the stored blocks. First the
         blocks before it that are written and not yet stored are stored as SDAR's generate stores them: the prompt's
         whole blocks in one prefill pass under the block-causal mask, every later block in a pass of its own."""
-        from transformers.cache_utils import DynamicCache
-
         block, device = predictor.block, predictor.device
         start, end = int(positions[0]), int(positions[-1]) + 1
         ids = predictor.to_model(ids)
         self.computed = end - start
         if self.past is None:
-            self.past = DynamicCache()
+            self.past = predictor.release.driver.new_past()
         self.drop_from(start)
         if self.stored == 0 and start > 0:                                    # prefill
             mask = block_causal_mask(start, block, device)[None]                                   # 1, s, s
@@ -179,10 +213,7 @@ class BlockStore:
         return self.logits[None]
 
     def _call(self, predictor, ids, mask, offset: int, store: bool):
-        positions = torch.arange(offset, offset + ids.shape[1], device=predictor.device)[None]
-        out = predictor.model(ids, attention_mask=mask, position_ids=positions, past_key_values=self.past,
-                              use_cache=True, store_kv=store)
-        return out.logits
+        return predictor.release.driver.call(predictor.model, ids, mask, offset, self.past, store)
 
 
 @dataclass

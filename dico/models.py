@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from dico.attention import AttentionHooks
-from dico.block import BLOCK_KIND, block_forward, block_size_of, release_imports, release_of
+from dico.block import BLOCK_KIND, SDAR, BlockRelease, block_forward, block_size_of, release_imports, release_of
 from dico.cache import cached_forward
 from dico.remote_cache import attach
 from dico.trace import END_TEXTS
@@ -73,6 +73,7 @@ class MaskPredictor:
     eos_ids: tuple = ()                                                # the generation config's EOS ids
     token_frequency: torch.Tensor | None = None   # (v,) CPU: each token's share of the training text (PC-Sampler)
     block: int | None = None       # a block-causal model's block size (its config's), None for any other kind
+    release: BlockRelease | None = None   # a block-causal model's release (how its forward is called)
     _spacing: str | None = field(default=None, repr=False)
     _stops: frozenset | None = field(default=None, repr=False)
 
@@ -350,6 +351,7 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
     config = _local_config(path) if is_local else _hub_config(name)
     kind = _kind_of(config)
     block = _block_of(config, label)
+    release = release_of(config) if block is not None else None
     needs_code = kind != "masked-lm" or bool(config.get("auto_map"))
     if needs_code and name not in KNOWN_REMOTE and not trust_remote_code:
         raise ModelError(f"model: {name!r} ships its own code; pass trust_remote_code=True (CLI: --trust-remote-code) "
@@ -390,7 +392,8 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, trust_remote_co
     return MaskPredictor(name=label, kind=kind, model=model, tokenizer=tokenizer, mask_id=mask_id,
                          max_length=max_length, chat=has_template if chat is None else chat,
                          supports_attention=attention and (kind == "masked-lm" or hooks is not None), device=dev,
-                         dtype=dt, hooks=hooks, eos_ids=_generation_eos(name), token_frequency=table, block=block)
+                         dtype=dt, hooks=hooks, eos_ids=_generation_eos(name), token_frequency=table, block=block,
+                         release=release)
 
 
 def read_token_frequency(path: str | os.PathLike, vocab_size: int) -> torch.Tensor:
@@ -414,10 +417,12 @@ def read_token_frequency(path: str | os.PathLike, vocab_size: int) -> torch.Tens
 
 def from_module(model: torch.nn.Module, tokenizer, *, kind: str, mask_id: int, max_length: int, name: str = "custom",
                 chat: bool = False, device: str | torch.device = "cpu",
-                token_frequency: torch.Tensor | None = None, block: int | None = None) -> MaskPredictor:
+                token_frequency: torch.Tensor | None = None, block: int | None = None,
+                release: BlockRelease | None = None) -> MaskPredictor:
     """Wrap an already built module (tests' stand-ins, or a model loaded by hand) as a mask predictor on ``device``
     (where the module already is); ``token_frequency``: its (v,) table for PC-Sampler (``read_token_frequency``);
-    ``block``: a block-causal model's block size (kind "block")."""
+    ``block``: a block-causal model's block size (kind "block"); ``release``: whose code it runs (``dico.block``;
+    SDAR's when not given)."""
     if kind not in ("masked-lm", "llada", "dream", BLOCK_KIND):
         raise ModelError(f"kind: unknown model kind {kind!r}; choose masked-lm, llada, dream or block")
     if (kind == BLOCK_KIND) != (block is not None) or (block is not None and block < 1):
@@ -427,4 +432,5 @@ def from_module(model: torch.nn.Module, tokenizer, *, kind: str, mask_id: int, m
         attach(model, kind)
     return MaskPredictor(name=name, kind=kind, model=model.eval(), tokenizer=tokenizer, mask_id=mask_id,
                          max_length=max_length, chat=chat, supports_attention=False, device=torch.device(device),
-                         token_frequency=token_frequency, block=block)
+                         token_frequency=token_frequency, block=block,
+                         release=(release or SDAR) if kind == BLOCK_KIND else None)
