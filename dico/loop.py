@@ -169,6 +169,7 @@ class Decoding:
             settings_record["seeds"] = self.rule.n_seeds      # the N in effect for this mode
         self.trace = Trace(model=predictor.name, method=method, mode=mode, settings=settings_record, prompt=prompt,
                            prompt_length=self.m, gen_length=gen_length, block_length=block_length,
+                           model_block=predictor.block if predictor.kind == BLOCK_KIND else None,
                            device=str(predictor.device), label=label or default_label(method, self.rule.settings),
                            length_search=length_search,
                            constraints={str(p): t for p, t in fixed.items()} or None)

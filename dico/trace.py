@@ -11,7 +11,11 @@ read)::
     {"schema": "dico-trace/4", "model": str, "method": str, "mode": "non-ar" | "semi-ar",
      "label": str,                      # its lane's label ("Top-4 per step"); older files: the method's
      "settings": {...}, "prompt": str, "prompt_length": int, "gen_length": int,
-     "block_length": int | null, "text": str, "nfe": int, "wall_s": float, "tokens_per_s": float,
+     "block_length": int | null,
+     "model_block": int | null,         # a block-causal model's block (dico.block): its blocks are counted from
+                                        # absolute position 0, the prompt included; null for any other model
+                                        # (older files: null)
+     "text": str, "nfe": int, "wall_s": float, "tokens_per_s": float,
      "answer_length": int,              # positions before the first end-of-text token (the answer);
                                         # the rest of the response is padding
      "answer_nfe": int,                 # forward passes until the last answer position was committed
@@ -172,6 +176,7 @@ class Trace:
     constraints: dict | None = None     # {"offset": token id} fixed before decoding (dico.constraints)
     fork: dict | None = None            # {"parent": label, "at": k, "method": parent's, "force": {"pos": id},
                                         #  "remask": [pos]}: edits made before step k of the parent's run
+    model_block: int | None = None      # a block-causal model's block size (dico.block), None for any other model
     clash: dict | None = None           # measured after the decode (dico.observe.annotate_clash): {"values": one
                                         # per step, nats or null, "passes": n, "limit": m or null}; null unless asked
     schema: str = SCHEMA
@@ -443,6 +448,9 @@ def _parse_trace(data) -> Trace:
     kwargs = {k: v for k, v in data.items() if k in names and k not in ("steps", "attention")}
     kwargs.setdefault("prompt_length", 0)
     kwargs.setdefault("block_length", None)
+    block = kwargs.get("model_block")
+    _expect(block is None or (_is_int(block) and block >= 1 and data["mode"] == "semi-ar"), "trace.model_block",
+            "must be null or a block size >= 1 (a block-causal model decodes semi-AR)")
     kwargs["schema"] = SCHEMA
     trace = Trace(**kwargs, attention=attention, steps=[_parse_step(s, i, n) for i, s in enumerate(data["steps"])])
     _expect(isinstance(trace.response, list) and len(trace.response) in (0, n), "trace.response",
