@@ -252,7 +252,12 @@ class Grid:
 
 
 def block_edges(trace: Trace) -> np.ndarray:
-    """Response positions where a semi-AR block starts, after the first (none in non-AR)."""
+    """Response positions where a semi-AR block starts, after the first (none in non-AR). A block-causal model's
+    blocks (``trace.model_block``) are counted from absolute position 0, the prompt included, so its first block
+    holds only the rest of the block the prompt ends in (``dico.block.first_window_end``, not imported: torch)."""
+    block = getattr(trace, "model_block", None)
+    if block:
+        return np.arange(block - trace.prompt_length % block, trace.gen_length, block)
     if trace.mode != "semi-ar" or not trace.block_length:
         return np.zeros(0, dtype=int)
     return np.arange(trace.block_length, trace.gen_length, trace.block_length)

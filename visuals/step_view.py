@@ -41,6 +41,11 @@ from visuals._common import (
 
 SEED_MARKER = dict(symbol="star", size=10, color=SEED_COLOR, line=dict(color="black", width=1))
 ROW_PX, PROFILE_PX, GAP_PX, BOTTOM_PX = 30, 210, 80, 140
+# A block-causal run's exact cache at the shown step (docs/decoding.md §11.2): what is stored, what the pass computed.
+CACHED, COMPUTED = "cached: keys and values kept exactly", "computed this pass"
+CACHED_FILL = dict(shape="/", fgcolor="rgba(140, 140, 140, 0.75)", size=7, solidity=0.12)
+CACHED_LINE = dict(color=OKABE_ITO["grey"], width=1.5)
+COMPUTED_LINE = dict(color=OKABE_ITO["sky"], width=2.5)
 
 
 def _check_step(trace: Trace, k) -> int:
@@ -76,6 +81,19 @@ def _edge(positions, cols: int) -> tuple[list, list]:
             xs += [-0.5, cols - 0.5, None]
             ys += [r - 0.5, r - 0.5, None]
     return xs, ys
+
+
+def cache_at(trace: Trace, k: int) -> dict | None:
+    """What a block-causal run's exact cache (``model_block`` set, cache ``prefix``) holds at step k: ``stored``, the
+    absolute positions [0, stored) whose keys and values are kept (the prompt's whole blocks and the finished response
+    blocks), and ``block``, the response offsets [a, b) of the current block, computed by this pass (in the first
+    block the prompt's last ``tail`` positions too). None for any other run: an approximate cache is not drawn."""
+    block = getattr(trace, "model_block", None)
+    if not block or trace.settings.get("cache") != "prefix":
+        return None
+    a, b = trace.steps[k].window
+    tail = (trace.prompt_length + a) % block             # > 0 only in the block the prompt ends in
+    return {"stored": trace.prompt_length + a - tail, "block": (a, b), "tail": tail}
 
 
 def default_cols(trace: Trace) -> int:
@@ -173,6 +191,34 @@ def _step_boxes(trace: Trace, g: Grid, k: int, cols: int) -> list[dict]:
     return data
 
 
+def _cache_layers(trace: Trace, k: int, cols: int) -> list[dict]:
+    """A block-causal cached run: the finished response blocks hatched (stored, exact), the current block outlined
+    (the one block this pass computed); later blocks are neither, as the model never sees them before their turn."""
+    cache = cache_at(trace, k)
+    if cache is None:
+        return []
+    a, b = cache["block"]
+    data = []
+    if a:
+        bx, by = boxes(_wrapped([[0, a - 1]], cols), half=0.5)
+        data.append(dict(type="scatter", x=bx, y=by, mode="lines", fill="toself", fillcolor="rgba(0, 0, 0, 0)",
+                         fillpattern=CACHED_FILL, line=CACHED_LINE, hoverinfo="skip", name=CACHED))
+    bx, by = boxes(_wrapped([[a, b - 1]], cols), half=0.5)
+    data.append(dict(type="scatter", x=bx, y=by, mode="lines", line=COMPUTED_LINE, hoverinfo="skip", name=COMPUTED))
+    return data
+
+
+def _cache_note(trace: Trace, k: int) -> str:
+    cache = cache_at(trace, k)
+    if cache is None:
+        return ""
+    (a, b), tail, stored = cache["block"], cache["tail"], cache["stored"]
+    kept = f"the prompt's first {stored} positions" if not a else f"the prompt and response 0–{a - 1}"
+    return (f" Cache (model blocks of {trace.model_block}): {kept} {CACHED} (hatched); {COMPUTED}: block "
+            f"{a}–{b - 1}" + (f" with the prompt's last {tail}" if tail else "")
+            + f", {trace.steps[k].token_forwards} positions through the model (blocks stored on the way included).")
+
+
 def _edges(trace: Trace, cols: int) -> list[dict]:
     n, data = trace.gen_length, []
     for name, at, line in (("block boundary", block_edges(trace), dict(color=BLOCK_COLOR, width=2, dash="dash")),
@@ -199,7 +245,8 @@ def _title(trace: Trace, g: Grid, k: int, confidence: str) -> tuple[str, str]:
     note = (f"seeds: {seeds or 'none'} · clusters: {clusters or 'none'}. Colour: confidence when committed; "
             f"{MASK}: still masked, shaded by its {'confidence' if confidence == 'raw' else 'score'} at step {k}."
             + (" Struck through: a token taken back to the mask at this step." if back else "")
-            + (" Blue: a written token this step replaced with another (a token edit)." if replaced else ""))
+            + (" Blue: a written token this step replaced with another (a token edit)." if replaced else "")
+            + _cache_note(trace, k))
     return title, note
 
 
@@ -215,7 +262,8 @@ def step_view_figure(trace: Trace, k: int, cols: int | None = None, confidence: 
     g, n = Grid(trace), trace.gen_length
     cols = cols or default_cols(trace)
     nrows = -(-n // cols)
-    data = _text_layers(trace, g, k, cols, confidence) + _step_boxes(trace, g, k, cols) + _edges(trace, cols)
+    data = (_text_layers(trace, g, k, cols, confidence) + _cache_layers(trace, k, cols) + _step_boxes(trace, g, k, cols)
+            + _edges(trace, cols))
     grid_px = ROW_PX * nrows + 40
     plot = grid_px + (GAP_PX + PROFILE_PX if profile else 0)
     head = titled(*_title(trace, g, k, confidence), b=BOTTOM_PX, r=110)
@@ -233,7 +281,7 @@ def step_view_figure(trace: Trace, k: int, cols: int | None = None, confidence: 
         layout.update(xaxis2=dict(title="response position", range=[-0.5, n - 0.5], anchor="y2", showgrid=False),
                       yaxis2=dict(title=f"confidence at step {k}", range=[0, 1.05], anchor="x2",
                                   domain=[0, PROFILE_PX / plot]),
-                      shapes=_profile_shapes(trace, trace.steps[k]))
+                      shapes=_profile_shapes(trace, k))
     return go.Figure(data, layout)
 
 
@@ -267,11 +315,18 @@ def _profile(trace: Trace, g: Grid, k: int) -> list[dict]:
     return out
 
 
-def _profile_shapes(trace: Trace, step) -> list[dict]:
-    a, b = step.window
+def _profile_shapes(trace: Trace, k: int) -> list[dict]:
+    a, b = trace.steps[k].window
     window = dict(type="rect", name="window", layer="below", x0=a - 0.5, x1=b - 0.5, y0=0, y1=1, xref="x2",
                   yref="y2 domain", line_width=0, fillcolor=OKABE_ITO["sky"], opacity=0.08)
-    return [window] + block_lines(trace, "x", "x2", "y2 domain") + answer_end_line(trace, "x2", "y2 domain")
+    cached = []
+    if cache_at(trace, k) is not None:          # a block-causal cached run: the window is the block this pass computed
+        window.update(name=COMPUTED, opacity=0.18)
+        if a:
+            cached = [dict(type="rect", name=CACHED, layer="below", x0=-0.5, x1=a - 0.5, y0=0, y1=1, xref="x2",
+                           yref="y2 domain", line_width=0, fillcolor="rgba(153, 153, 153, 0.25)",
+                           label=dict(text="cached", textposition="top left", font=dict(size=10)))]
+    return cached + [window] + block_lines(trace, "x", "x2", "y2 domain") + answer_end_line(trace, "x2", "y2 domain")
 
 
 def stream_figure(trace: Trace, k: int | None = None, cols: int | None = None, confidence: str = "raw") -> go.Figure:
