@@ -72,6 +72,38 @@ class SDARDriver(BlockDriver):
                      store_kv=store).logits
 
 
+class LLaDA2Driver(BlockDriver):
+    """LLaDA 2.x's ``modeling_llada2_moe.py`` (inclusionAI's LLaDA2.0 / 2.1 model cards, as ZHZisZZ/dllm carries them,
+    Apache-2.0): its generate hands the forward a 4-D additive float mask (the block mask's ``.log()``: 0 where a
+    query sees a key, -inf elsewhere; its SDPA path passes a 4-D mask through unchanged) and ``position_ids``. Its
+    attention appends every call's keys and values to ``past_key_values`` (it has no switch like SDAR's), so a call
+    that must not store is cropped back afterwards. Its generate keeps no cache at all (every pass recomputes the
+    finished blocks, which block causality leaves unchanged); kept here, they are exact.
+
+    The mask is built in the model's dtype (its generate casts to bfloat16, the released weights' dtype, which SDPA
+    needs the mask to match), with the dtype's lowest value for -inf, as transformers builds a 4-D mask: a row that
+    sees any key weighs each key as with -inf, and a padded row that sees none stays finite."""
+
+    def whole(self, model, ids, mask, positions):
+        return model(input_ids=ids, attention_mask=self._additive(model, mask), position_ids=positions,
+                     use_cache=False).logits
+
+    def call(self, model, ids, mask, offset, past, store):
+        positions = torch.arange(offset, offset + ids.shape[1], device=ids.device)[None]
+        before = past.get_seq_length()
+        logits = model(input_ids=ids, attention_mask=self._additive(model, mask[:, None]), position_ids=positions,
+                       past_key_values=past, use_cache=True).logits
+        if not store:
+            past.crop(before)
+        return logits
+
+    @staticmethod
+    def _additive(model, mask: torch.Tensor) -> torch.Tensor:
+        """(b, 1, q, k) bool -> the same shape in the model's dtype: 0 where seen, the dtype's lowest value elsewhere."""
+        dtype = model.dtype
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+
+
 @dataclass(frozen=True)
 class BlockRelease:
     """One family of block diffusion checkpoints: how its config names it, where its block size is, and the driver
@@ -90,8 +122,8 @@ class BlockRelease:
 
 RELEASES = (
     BlockRelease("SDAR", ("sdar",), "block_size", 4, SDARDriver()),
-    BlockRelease("LLaDA 2.x", ("llada2",), "block_length", 32, None,
-                 "its MoE code's forward (a 4-D additive block mask, its own cache) has no tested driver here yet"),
+    # its config names no block size (LLaDA2.0-mini / 2.1-mini): its generate's block_length default, 32
+    BlockRelease("LLaDA 2.x", ("llada2",), None, 32, LLaDA2Driver()),
     BlockRelease("Fast-dLLM v2", ("fast_dllm",), "bd_size", 32, None,
                  "its forward (block and sub-block caches driven by its own generate) has no tested driver here yet"),
 )

@@ -415,6 +415,49 @@ def block_model_folder(path: Path, seed: int = 0, **config) -> Path:
     return path
 
 
+
+def llada2_model_folder(path: Path, seed: int = 0, **config) -> Path:
+    """A LLaDA 2.x-shaped block diffusion model folder (``tests/llada2_standin.py``, a mixture of experts loaded through
+    ``trust_remote_code``): a fast word-level tokenizer whose mask token is LLaDA 2.x's ``<|mask|>``, a chat template,
+    an end-of-text token, and a config naming no block size (blocks of 32, its generate's default), as the released
+    configs do. The mask token's output row is zero, so that it is never the argmax (the released models never
+    predict it; their generate would write it back)."""
+    import importlib.util
+    import json
+    import shutil
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from dico.block import release_imports
+
+    source = Path(__file__).with_name("llada2_standin.py")
+    with release_imports():
+        spec = importlib.util.spec_from_file_location("llada2_standin", source)
+        code = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(code)
+    words = ["<unk>", "<pad>", "<|start|>", "<|endoftext|>", "<|role_end|>", "<|mask|>"] + REMOTE_WORDS
+    vocab = {w: i for i, w in enumerate(words)}
+    path.mkdir(parents=True, exist_ok=True)
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>",
+                                        eos_token="<|endoftext|>", mask_token="<|mask|>",
+                                        chat_template=CHAT_TEMPLATE.replace("END", "<|role_end|>"))
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(seed)
+    model = code.LLaDA2MoeModelLM(code.LLaDA2MoeConfig(**(dict(vocab_size=len(words)) | config)))
+    with torch.no_grad():
+        model.lm_head.weight[vocab["<|mask|>"]] = 0
+    model.save_pretrained(path, safe_serialization=True)
+    shutil.copy(source, path / "modeling_llada2_moe.py")
+    saved = json.loads((path / "config.json").read_text())
+    saved["architectures"] = ["LLaDA2MoeModelLM"]
+    saved["auto_map"] = {"AutoConfig": "modeling_llada2_moe.LLaDA2MoeConfig",
+                         "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM"}
+    (path / "config.json").write_text(json.dumps(saved))
+    return path
+
 def partial_cached_pass(predictor, run, steps: int = 3):
     """Decode ``steps`` steps of a cached ``Decoding`` (decoded and masked positions both exist), refresh on its
     current ids as if a block started, then make the next pass, one between refreshes: its computed positions and

@@ -70,8 +70,7 @@ def test_loading_supplies_flash_attn_and_loss_kwargs_and_takes_them_away_again(s
     assert "flash_attn" not in sys.modules and not hasattr(transformers.utils, "LossKwargs")
 
 
-@pytest.mark.parametrize("model_type, architecture, name", [("llada2_moe", "LLaDA2MoeModelLM", "LLaDA 2.x"),
-                                                            ("Fast_dLLM_QWen", "Fast_dLLM_QwenForCausalLM",
+@pytest.mark.parametrize("model_type, architecture, name", [("Fast_dLLM_QWen", "Fast_dLLM_QwenForCausalLM",
                                                              "Fast-dLLM v2")])
 def test_other_block_diffusion_releases_are_named_and_refused_before_any_code_runs(tmp_path, model_type, architecture,
                                                                                   name):
