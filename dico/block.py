@@ -104,6 +104,38 @@ class LLaDA2Driver(BlockDriver):
         return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
 
 
+class FastDLLMv2Driver(BlockDriver):
+    """Fast-dLLM v2's ``modeling.py`` (NVlabs/Fast-dLLM ``v2/``, the model card Efficient-Large-Model/Fast_dLLM_v2_7B;
+    Apache-2.0). Its forward ignores any mask it is given and builds the block-causal one itself from its
+    ``block_size`` argument (32 unless given; passed here as the config's ``bd_size``) and the stored length, numbers
+    positions from the stored length, and appends a call's keys and values when ``update_past_key_values`` is set.
+    Its logits are an AR model's, ``logits[i]`` predicting position i + 1; aligned here, position i takes those of
+    i - 1, and a call's first position those of the last position stored before it (its generate decodes a block's
+    first token from the pass that stored the block before), or its own where none is at hand (its generate's shift
+    inside a block). A batch whose rows are padded is refused: the mask it would need cannot be handed over."""
+
+    def new_past(self):
+        past = super().new_past()
+        past.next_logits, past.next_at = None, -1       # the last stored position's logits, and where they point
+        return past
+
+    def whole(self, model, ids, mask, positions):
+        block = model.config.bd_size
+        if not torch.equal(mask, block_causal_mask(ids.shape[1], block, mask.device).expand_as(mask)):
+            raise ValueError("batch: Fast-dLLM v2's forward builds its own attention mask, so prompts of different "
+                             "lengths cannot share a padded batch; decode them one by one")
+        raw = model(input_ids=ids, position_ids=positions, use_cache=False, block_size=block).logits
+        return torch.cat([raw[:, :1], raw[:, :-1]], dim=1)
+
+    def call(self, model, ids, mask, offset, past, store):
+        raw = model(input_ids=ids, past_key_values=past, use_cache=True, update_past_key_values=store,
+                    block_size=model.config.bd_size).logits
+        first = past.next_logits if past.next_at == offset else raw[:, :1]
+        if store:
+            past.next_logits, past.next_at = raw[:, -1:], offset + ids.shape[1]
+        return torch.cat([first, raw[:, :-1]], dim=1)
+
+
 @dataclass(frozen=True)
 class BlockRelease:
     """One family of block diffusion checkpoints: how its config names it, where its block size is, and the driver
@@ -124,8 +156,7 @@ RELEASES = (
     BlockRelease("SDAR", ("sdar",), "block_size", 4, SDARDriver()),
     # its config names no block size (LLaDA2.0-mini / 2.1-mini): its generate's block_length default, 32
     BlockRelease("LLaDA 2.x", ("llada2",), None, 32, LLaDA2Driver()),
-    BlockRelease("Fast-dLLM v2", ("fast_dllm",), "bd_size", 32, None,
-                 "its forward (block and sub-block caches driven by its own generate) has no tested driver here yet"),
+    BlockRelease("Fast-dLLM v2", ("fast_dllm",), "bd_size", 32, FastDLLMv2Driver()),
 )
 SDAR = RELEASES[0]
 
@@ -223,6 +254,20 @@ class BlockStore:
         start, end = int(positions[0]), int(positions[-1]) + 1
         ids = predictor.to_model(ids)
         self.computed = end - start
+        self.store_before(predictor, ids, start)
+        mask = torch.ones(1, end - start, end, dtype=torch.bool, device=device)
+        logits = self._call(predictor, ids[:, start:end], mask, start, store=False)                # 1, w, v
+        if self.logits is None or self.logits.shape[0] != ids.shape[1]:
+            self.logits = logits.new_zeros(ids.shape[1], logits.shape[-1])
+        self.logits[start:end] = logits[0]
+        return self.logits[None]
+
+    def store_before(self, predictor, ids: torch.Tensor, start: int) -> None:
+        """Keep the keys and values of every position before ``start`` (a block boundary): what is stored from
+        ``start`` on is forgotten, then the written blocks not stored yet are stored as SDAR's generate stores them
+        (the prompt's whole blocks in one prefill pass under the block-causal mask, every later block in a pass of its
+        own); ``computed`` counts the positions those passes put through the model."""
+        block, device = predictor.block, predictor.device
         if self.past is None:
             self.past = predictor.release.driver.new_past()
         self.drop_from(start)
@@ -237,12 +282,6 @@ class BlockStore:
             self._call(predictor, ids[:, self.stored:to], mask, self.stored, store=True)
             self.computed += to - self.stored
             self.stored = to
-        mask = torch.ones(1, end - start, end, dtype=torch.bool, device=device)
-        logits = self._call(predictor, ids[:, start:end], mask, start, store=False)                # 1, w, v
-        if self.logits is None or self.logits.shape[0] != ids.shape[1]:
-            self.logits = logits.new_zeros(ids.shape[1], logits.shape[-1])
-        self.logits[start:end] = logits[0]
-        return self.logits[None]
 
     def _call(self, predictor, ids, mask, offset: int, store: bool):
         return predictor.release.driver.call(predictor.model, ids, mask, offset, self.past, store)
@@ -282,10 +321,18 @@ class BlockCache:
         return self.stores[0].computed if self.stores[0].computed else int(self.positions.numel())
 
 
+# A preset's own caches on its release's model, by method: (predictor, settings, prompt_length, gen_length) -> the
+# cache the loop drives (``dico.fast_dllm_v2`` adds ``fast-v2``'s block and sub-block caches).
+OWN_CACHES: dict = {}
+
+
 def block_cache_for(predictor, settings, prompt_length: int, gen_length: int) -> BlockCache | None:
     """The cache a decode on a block-causal model asks for: none, or ``prefix`` (the finished blocks, exact)."""
     if settings.cache == "none":
         return None
+    own = OWN_CACHES.get(getattr(settings, "method", None))
+    if own is not None:                       # a preset that keeps its release's caches as its generate does
+        return own(predictor, settings, prompt_length, gen_length)
     if settings.cache != "prefix":
         raise ValueError(f"cache: {predictor.name!r} is a block diffusion model: its finished blocks' keys and values "
                          "are exact and later blocks are never seen, so its one cache is prefix (or none); "
@@ -350,22 +397,42 @@ def _flash_modules() -> dict:
     return modules
 
 
+def _needs_einops(*args, **kwargs):
+    raise NotImplementedError("this path of the model's code needs the einops package; the project serves only "
+                              "its import")
+
+
+def _einops_module() -> types.ModuleType:
+    """Stand-in ``einops`` with ``rearrange`` and ``repeat``: Fast-dLLM v2's file imports them and never calls them
+    at inference."""
+    module = types.ModuleType("einops")
+    module.__dict__["__spec__"] = importlib.machinery.ModuleSpec("einops", None)
+    module.__dict__["__version__"] = "0.0-dico-fallback"
+    module.rearrange = module.repeat = _needs_einops
+    return module
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 @contextlib.contextmanager
 def release_imports():
-    """While a release's code is imported: ``flash_attn`` when it is not installed, and ``LossKwargs`` in
-    ``transformers.utils`` when this transformers has none (an empty keyword ``TypedDict``, as it was). Both are
-    removed again afterwards; the model's modules keep the functions they imported."""
+    """While a release's code is imported: ``flash_attn`` and ``einops`` when they are not installed, and
+    ``LossKwargs`` in ``transformers.utils`` when this transformers has none (an empty keyword ``TypedDict``, as it
+    was). All are removed again afterwards; the model's modules keep the functions they imported."""
     import transformers.utils as hf_utils
     from typing_extensions import TypedDict
 
     added = {}
-    try:
-        installed = importlib.util.find_spec("flash_attn") is not None
-    except (ImportError, ValueError):
-        installed = False
-    if not installed:
+    if not _installed("flash_attn"):
         added = {k: v for k, v in _flash_modules().items() if k not in sys.modules}
-        sys.modules.update(added)
+    if not _installed("einops") and "einops" not in sys.modules:
+        added["einops"] = _einops_module()
+    sys.modules.update(added)
     loss = not hasattr(hf_utils, "LossKwargs")
     if loss:
         hf_utils.LossKwargs = TypedDict("LossKwargs", {"num_items_in_batch": object}, total=False)

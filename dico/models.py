@@ -47,9 +47,11 @@ KNOWN_REMOTE = frozenset({
     "Dream-org/Dream-v0-Instruct-7B", "Dream-org/Dream-v0-Base-7B",
     # block diffusion (dico.block): SDAR's chat models (JetAstra/SDAR's model cards)
     "JetLM/SDAR-1.7B-Chat", "JetLM/SDAR-4B-Chat", "JetLM/SDAR-8B-Chat",
+    # Fast-dLLM v2 (its model card; NVlabs/Fast-dLLM v2/)
+    "Efficient-Large-Model/Fast_dLLM_v2_7B",
 })
 # Mask tokens as tokenizers spell them, for a model whose config and tokenizer do not name theirs.
-MASK_TOKENS = ("<|mdm_mask|>", "<|mask|>", "<|MASK|>", "[MASK]", "<mask>")
+MASK_TOKENS = ("<|mdm_mask|>", "<|mask|>", "<|MASK|>", "|<MASK>|", "[MASK]", "<mask>")     # |<MASK>|: Fast-dLLM v2
 
 
 class ModelError(ValueError):

@@ -1,0 +1,142 @@
+"""Fast-dLLM v2 (dico.block's FastDLLMv2Driver, dico.fast_dllm_v2): recognised by its config, driven through its own
+forward, and decoded by ``fast-v2`` as its published generate decodes, pass for pass.
+
+The model is a stand-in written after the release's modeling.py (tests/fast_v2_standin.py; NVlabs/Fast-dLLM v2/ and
+the model card Efficient-Large-Model/Fast_dLLM_v2_7B, Apache-2.0) with random weights, loaded through
+trust_remote_code as the release is. Its config names its block in ``bd_size`` (8 here, sub-blocks of 4) and its
+tokenizer names no mask token: the mask is the ``|<MASK>|`` of its special tokens, as the release's."""
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers.cache_utils import DynamicCache
+
+import dico
+from accelerator import accelerator
+from dico.block import BlockStore, release_imports
+from dico.models import ModelError
+from standins import CHAT_TEMPLATE, REMOTE_WORDS
+from tolerances import assert_reordered_close
+
+BLOCK, SUB = 8, 4
+STANDIN = Path(__file__).with_name("fast_v2_standin.py")
+PROMPTS = {"short": "w1", "aligned": "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10", "unaligned": "w1 w2 w3 w4 w5 w6 w7"}
+# chat-formatted: 5 prompt tokens (inside the first block), 16 (two whole blocks), 13 (one block and 5)
+
+
+def fast_v2_model_folder(path: Path, seed: int = 0, **config) -> Path:
+    """A Fast-dLLM v2-shaped model folder: ``tests/fast_v2_standin.py`` as its ``modeling.py``, a config whose
+    ``model_type`` and architecture are the release's, and a word-level tokenizer whose mask token is only one of its
+    special tokens (``|<MASK>|``), with ``<|im_end|>`` as its end of text."""
+    import importlib.util
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    with release_imports():
+        spec = importlib.util.spec_from_file_location("fast_v2_standin", STANDIN)
+        code = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(code)
+    words = ["<unk>", "<|endoftext|>", "<|start|>", "<|im_end|>", "|<MASK>|"] + REMOTE_WORDS
+    path.mkdir(parents=True, exist_ok=True)
+    core = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<|endoftext|>",
+                                        eos_token="<|im_end|>", additional_special_tokens=["|<MASK>|"],
+                                        chat_template=CHAT_TEMPLATE.replace("END", "<|im_end|>"))
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(seed)
+    model = code.FastV2StandinForCausalLM(code.FastV2StandinConfig(**(dict(vocab_size=len(words)) | config)))
+    model.save_pretrained(path, safe_serialization=True)
+    shutil.copy(STANDIN, path / "modeling.py")
+    saved = json.loads((path / "config.json").read_text())
+    saved["architectures"] = ["Fast_dLLM_QwenForCausalLM"]
+    saved["auto_map"] = {"AutoConfig": "modeling.FastV2StandinConfig",
+                         "AutoModelForCausalLM": "modeling.FastV2StandinForCausalLM"}
+    (path / "config.json").write_text(json.dumps(saved))
+    return path
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    torch.set_num_threads(1)
+    return fast_v2_model_folder(tmp_path_factory.mktemp("fast-v2") / "fast-v2-standin", seed=2)
+
+
+@pytest.fixture(scope="module")
+def v2(folder):
+    return dico.load_model(folder, trust_remote_code=True, dtype="float32")
+
+
+def raw(model, ids, **kwargs):
+    """The release's own logits (AR-shifted: [i] predicts position i + 1)."""
+    return model(input_ids=ids, **kwargs).logits
+
+
+# ------------------------------------------------------------------------------------------- loading
+
+def test_a_fast_dllm_v2_checkpoint_is_recognised_by_its_config(v2, folder):
+    assert (v2.kind, v2.block, v2.release.name) == ("block", BLOCK, "Fast-dLLM v2")
+    assert v2.mask_id == v2.tokenizer.convert_tokens_to_ids("|<MASK>|")      # a special token, not mask_token
+    assert v2.tokenizer.mask_token is None
+    assert v2.stop_ids() >= {v2.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    with pytest.raises(ModelError, match="ships its own code"):
+        dico.load_model(folder)
+
+
+def test_loading_supplies_einops_and_takes_it_away_again(v2, folder):
+    """The release's file imports einops unconditionally (it is not installed here) and never calls it at inference;
+    nothing of the fallback stays behind, and the model's file is unchanged."""
+    assert "einops" not in sys.modules
+    shipped = (folder / "modeling.py").read_bytes()
+    assert hashlib.sha256(shipped).digest() == hashlib.sha256(STANDIN.read_bytes()).digest()
+    with release_imports():
+        import einops
+        with pytest.raises(NotImplementedError, match="einops"):
+            einops.rearrange(torch.zeros(2), "a -> a")
+    assert "einops" not in sys.modules
+
+
+# ------------------------------------------------------------------------------------------- its passes
+
+def test_logits_are_aligned_to_positions_from_its_ar_shifted_ones(v2):
+    """Position i takes the release's logits at i - 1 (the first position its own), under its block-causal mask."""
+    ids = torch.tensor([[5 + i % 20 for i in range(20)]])
+    ours, _ = v2.forward(ids)
+    theirs = raw(v2.model, ids, block_size=BLOCK)
+    assert torch.equal(ours[0, 1:], theirs[0, :-1]) and torch.equal(ours[0, 0], theirs[0, 0])
+
+
+def test_a_block_sees_itself_and_the_blocks_before_it_never_a_later_one(v2):
+    ids = torch.tensor([[5 + i for i in range(24)]])
+    base, _ = v2.forward(ids)
+    later, same = ids.clone(), ids.clone()
+    later[0, 17] = 30                      # in the third block: the first two blocks' logits (and 16's) stay
+    same[0, 12] = 30                       # in the second block: its other positions change
+    assert torch.equal(v2.forward(later)[0][0, :17], base[0, :17])
+    assert not torch.allclose(v2.forward(same)[0][0, 9:12], base[0, 9:12])
+
+
+def test_the_cached_pass_computes_what_the_whole_sequence_pass_computes(v2):
+    """Stored blocks (its update_past_key_values), the next block against them; a block's first position reads the
+    last logits of the pass that stored the block before it."""
+    ids = torch.tensor([[5 + (3 * i) % 25 for i in range(32)]])
+    whole = v2.forward(ids)[0][0]
+    store = BlockStore()
+    for start in (8, 16, 24):
+        cached = store.forward(v2, ids, torch.arange(start, start + BLOCK))
+        assert_reordered_close(cached[0, start:start + BLOCK], whole[start:start + BLOCK])
+    assert store.stored == 24
+
+
+def test_a_padded_batch_is_refused_with_one_line(v2):
+    from dico.batch import generate_batch
+    with pytest.raises(ValueError, match="^batch: Fast-dLLM v2's forward builds its own attention mask") as err:
+        generate_batch(v2, [PROMPTS["short"], PROMPTS["unaligned"]], "fast", mode="semi-ar", block_length=BLOCK,
+                       gen_length=8, batch_size=2)
+    assert "\n" not in str(err.value)
