@@ -10,7 +10,8 @@ import os
 import sys
 import textwrap
 
-from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, MODES, NON_AR, SEMI_AR, SETTINGS, specs
+from dico.settings import (DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, MODES, NON_AR, SEMI_AR, SETTINGS,
+                           method_id, specs)
 
 LAST_LINE = ("nfe=<int> answer_nfe=<int> answer_tokens=<int> padding_tokens=<int> tokens_per_s=<float> "
              "wall_s=<float>")
@@ -116,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--batch-size", type=int, default=1,
                      help="decode this many prompts per forward pass (default 1); every answer is the same as "
                           "decoding its prompt alone")
-    gen.add_argument("--method", choices=METHODS, default="dico",
+    gen.add_argument("--method", type=method_id, choices=METHODS, default="dico",
                      help="vanilla: one token a step; topk: naive top-k, --k tokens a step; fast: Fast-dLLM "
                           "threshold; fast-factor: Fast-dLLM factor; dico: divide, conquer, finalize (default); eb: "
                           "EB-Sampler; klass: KLASS; wino: WINO (takes tokens back); saber: Saber (takes tokens back)")
@@ -161,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     table = sub.add_parser("settings", help="print every method's settings as Markdown tables (docs/settings.md)",
                            description="Print every method's settings (default, range, the paper's and the authors' "
                                        "values, what each does) as Markdown, from the one place they are declared.")
-    table.add_argument("--method", choices=METHODS, action="append", help="only these methods (repeatable)")
+    table.add_argument("--method", type=method_id, choices=METHODS, action="append", help="only these methods (repeatable)")
     return parser
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dico.settings import METHOD_LABELS, METHODS, SETTINGS, Settings, settings_for, specs
+from dico.settings import METHOD_LABELS, METHODS, SETTINGS, Settings, method_id, settings_for, specs
 
 MAX_LANES = 6
 MAX_LABEL_CHARS = 60
@@ -120,7 +120,7 @@ def parse_lane(spec, at: Naming, i: int, shared: dict | None = None) -> tuple[La
     settings (every lane's of its method, e.g. the page's controls) lie under the lane's own. Also the lane's own
     settings when its label is the default one (None when a label was given)."""
     spec = _as_dict(spec, at, i)
-    method = spec.get("method")
+    method = method_id(spec.get("method"))
     if method not in METHODS:
         raise ValueError(f"{at(i, 'method')}: unknown method {method!r}; choose from {', '.join(METHODS)}")
     own = spec.get("settings") or {}
@@ -148,7 +148,7 @@ def parse_lanes(specs_, base: dict[str, dict] | None = None, where: str = "lanes
         raise ValueError(f"{where}: choose at least one method to run")
     if len(specs_) > MAX_LANES:
         raise ValueError(f"{where}: {len(specs_)} lanes, at most {MAX_LANES} race side by side")
-    base = base or {}
+    base = {method_id(method): values for method, values in (base or {}).items()}
     parsed = [parse_lane(spec, at, i, base.get(_method_of(spec)) or {}) for i, spec in enumerate(specs_)]
     lanes = [lane for lane, _ in parsed]
     # two lanes of a method labelled alike by default: name every setting they were given, defaults too
@@ -165,4 +165,4 @@ def parse_lanes(specs_, base: dict[str, dict] | None = None, where: str = "lanes
 
 def _method_of(spec) -> str | None:
     method = spec if isinstance(spec, str) else spec.get("method") if isinstance(spec, dict) else None
-    return method if isinstance(method, str) else None
+    return method_id(method) if isinstance(method, str) else None

@@ -42,6 +42,7 @@ from dico.settings import (
     PASS_LIMIT,
     SEMI_AR,
     Settings,
+    method_id,
 )
 from dico.trace import NEAR_TIE, STAGES, AttentionStages, Step, Trace
 
@@ -132,7 +133,7 @@ class Decoding:
                  gen_length: int = DEFAULT_GEN_LENGTH, block_length: int | None = DEFAULT_BLOCK_LENGTH,
                  settings: Settings | dict | None = None, capture_attention: bool = False, label: str | None = None,
                  constraints: dict | None = None):
-        block_length = block_length if mode == SEMI_AR else None
+        method, block_length = method_id(method), block_length if mode == SEMI_AR else None
         prompt_ids = check_request(predictor, prompt, method, mode, gen_length, block_length)
         self.rule = admit(method, mode, settings, capture_attention=capture_attention)
         self.align = 0                          # response offset of the first window's end, counted in windows
@@ -220,7 +221,7 @@ class Decoding:
     def switch_rule(self, method: str, settings=None) -> None:
         """Continue this decode with another method's rule (a fork racing another lane's): a fresh rule, sampler and
         cache (its first pass refreshes), started on the current window."""
-        old = self.trace.method
+        old, method = self.trace.method, method_id(method)
         self.rule = admit(method, self.trace.mode, settings, self.n, self.width, self.attention is not None)
         self.rule.bind(self.predictor)
         self.sampler = self.rule.sampler()

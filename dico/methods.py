@@ -13,16 +13,17 @@ from dico.rules.schedule import PCSampler, Prophet, TopK, Vanilla
 from dico.rules.takeback import ReMDM, Saber, TokenToMask, WideInNarrowOut
 from dico.rules.threshold import Credit, EntropyBounded, FastFactor, FastThreshold, Hierarchy, KLAdaptive
 from dico.sdar import SDARRule
-from dico.settings import METHOD_LABELS, NON_AR, Settings, decodes_in, settings_for
+from dico.settings import METHOD_LABELS, NON_AR, Settings, decodes_in, method_id, settings_for
 
 RULES = {"vanilla": Vanilla, "topk": TopK, "fast": FastThreshold, "fast-factor": FastFactor, "dico": DiCo,
          "eb": EntropyBounded, "klass": KLAdaptive, "wino": WideInNarrowOut, "saber": Saber,
          "llada21": JointThreshold, "t2m": TokenToMask, "hierarchy": Hierarchy, "credit": Credit,
-         "pc_sampler": PCSampler, "prophet": Prophet, "remdm": ReMDM, "sdar": SDARRule}
+         "pc-sampler": PCSampler, "prophet": Prophet, "remdm": ReMDM, "sdar": SDARRule}
 
 
 def make_rule(method: str, mode: str = NON_AR, settings: Settings | dict | None = None) -> Rule:
     """The rule for a method with its settings (a settings object or a plain dict, checked here)."""
+    method = method_id(method)
     if not isinstance(settings, Settings):
         settings = settings_for(method, settings)
     elif settings.method != method:
@@ -45,6 +46,7 @@ def admit(method: str, mode: str = NON_AR, settings: Settings | dict | None = No
     settings (``make_rule``), what the rule cannot do (``Rule.cannot``) and, given the lengths, its plan of them
     (LLaDA's steps over the blocks). The loop, a fork's switch of rule and every request parse (page, API, CLI,
     fork) call this one function."""
+    method = method_id(method)
     if not decodes_in(method, mode):
         raise ValueError(f"mode: {METHOD_LABELS[method]} decodes the whole response at once (its published code "
                          "ignores the block length); use mode non-ar")

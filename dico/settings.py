@@ -422,7 +422,7 @@ class PCSamplerSettings(SamplingSettings):
     """PC-Sampler as d2Cache runs it (``configs/generation/pc_sampler.yaml``, docs/decoding.md §7.12): the
     confidence calibrated by how common the predicted token is in the model's training text, so frequent, trivial
     tokens (end-of-text, "the") stop winning the early passes; the top tokens a pass by that score."""
-    method = "pc_sampler"
+    method = "pc-sampler"
     num_transfer_tokens: int = setting(1, "tokens committed a pass (the highest calibrated scores of the window)",
                                        range=(1, 4096), step=1)
     clip_alpha: float = setting(10.0, "the calibrated score, -confidence x log(frequency of the predicted token), is "
@@ -513,8 +513,18 @@ METHOD_LABELS = {"vanilla": "Vanilla", "topk": "Top-k per step", "fast": "Fast-d
                  "fast-factor": "Fast-dLLM (factor)",
                  "dico": "DiCo", "eb": "EB-Sampler", "klass": "KLASS", "wino": "WINO", "saber": "Saber",
                  "llada21": "LLaDA 2.1", "t2m": "Token-to-mask", "hierarchy": "dInfer hierarchy",
-                 "credit": "dInfer credit", "pc_sampler": "PC-Sampler",
+                 "credit": "dInfer credit", "pc-sampler": "PC-Sampler",
                  "prophet": "Prophet", "remdm": "ReMDM", "sdar": "SDAR"}
+# Method ids are spelled with hyphens, as modes are; an id's old spelling still names it wherever a user or a file
+# does (a trace, the page's and the API's lanes, the command lines, a bench's result rows), through ``method_id``.
+METHOD_ALIASES = {"pc_sampler": "pc-sampler"}
+
+
+def method_id(name):
+    """A method's id as spelled today: an old spelling (``METHOD_ALIASES``) mapped, anything else as given."""
+    return METHOD_ALIASES.get(name, name) if isinstance(name, str) else name
+
+
 # The decoders that may take committed tokens back (a step's ``remasked``); a run of them ends at the pass limit.
 REVISING = ("wino", "saber", "t2m", "remdm")
 # The decoders whose published code decodes the whole response at once (a semi-AR request is refused).
@@ -559,6 +569,7 @@ DICO_KNOB = ("tau2", (0.3, 0.45, 0.6, 0.75, 0.9))
 
 def settings_for(method: str, values: dict | None = None) -> Settings:
     """The checked settings of ``method`` from a plain dict (the app's and the CLI's one hand-over)."""
+    method = method_id(method)
     if method not in SETTINGS:
         raise ValueError(f"method: unknown method {method!r}; choose from {', '.join(METHODS)}")
     return SETTINGS[method].from_dict(values)

@@ -76,7 +76,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from dico.lanes import default_label, distinct_settings
-from dico.settings import MAX_POST_EDIT_STEPS, MODES, SETTINGS
+from dico.settings import MAX_POST_EDIT_STEPS, MODES, SETTINGS, method_id
 
 SCHEMA = "dico-trace/4"
 READABLE_SCHEMAS = ("dico-trace/1", "dico-trace/2", "dico-trace/3", SCHEMA)
@@ -446,6 +446,9 @@ def _parse_trace(data) -> Trace:
         attention = AttentionStages(**{k: attention[k] for k in ("stages", "steps", "matrix")})
     names = {f.name for f in fields(Trace)}
     kwargs = {k: v for k, v in data.items() if k in names and k not in ("steps", "attention")}
+    kwargs["method"] = method_id(kwargs["method"])           # a file may name its method by an old id
+    if isinstance(kwargs.get("fork"), dict) and "method" in kwargs["fork"]:
+        kwargs["fork"] = {**kwargs["fork"], "method": method_id(kwargs["fork"]["method"])}
     kwargs.setdefault("prompt_length", 0)
     kwargs.setdefault("block_length", None)
     block = kwargs.get("model_block")

@@ -1,4 +1,4 @@
-"""How closely ``pc_sampler`` follows PC-Sampler as the DiCo authors' harness d2Cache runs it, on the embedded model.
+"""How closely ``pc-sampler`` follows PC-Sampler as the DiCo authors' harness d2Cache runs it, on the embedded model.
 
     PYTHONPATH=/tmp/published_pc OMP_NUM_THREADS=1 python tests/fidelity_pc_sampler.py --items 10
     # writes assets/bench/fidelity_pc_sampler.{json,md}
@@ -33,7 +33,7 @@ Two published runs per item and mode, both on the CPU: float32 (the model's logi
 and bfloat16 (the float32 logits rounded to bfloat16 and the wrapper's ``dtype`` bfloat16, so ``sample_tokens``
 computes the softmax, the table and the score in bfloat16 as its GPU runs with a bfloat16 model do; the model's own
 pass stays float32). Every pass's writes are recorded by diffing the sequence the loop hands the model at successive
-passes (and the final frame), and compared with the steps of ``dico.generate(..., "pc_sampler")``, with the project's
+passes (and the final frame), and compared with the steps of ``dico.generate(..., "pc-sampler")``, with the project's
 default softmax and with ``mask_in_softmax``: steps identical / compared, runs identical (every step, the pass
 count, the response). At the first differing pass of each differing run the cause is looked up on the published
 code's state there (docs/decoding.md §7.12).
@@ -164,7 +164,7 @@ def published(vanilla, predictor, prompt_ids: list[int], width: int, dtype, memo
 
 
 def project(predictor, prompt: str, mode: str, mask_in_softmax: bool):
-    trace = dico.generate(predictor, prompt, "pc_sampler", mode=mode, gen_length=GEN_LENGTH,
+    trace = dico.generate(predictor, prompt, "pc-sampler", mode=mode, gen_length=GEN_LENGTH,
                           block_length=BLOCK_LENGTH, mask_in_softmax=mask_in_softmax)
     return [{"committed": s.committed, "tokens": s.tokens, "edited": s.edited} for s in trace.steps], trace.response
 
@@ -305,7 +305,7 @@ def main() -> None:
               "device": "cpu", "seconds": round(time.time() - started, 1), "summary": table_rows, "runs": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    lines = ["# PC-Sampler (`pc_sampler`) against d2Cache's published vanilla decoder with `pc_sampler.yaml`", "",
+    lines = ["# PC-Sampler (`pc-sampler`) against d2Cache's published vanilla decoder with `pc_sampler.yaml`", "",
              f"Model {predictor.name}, greedy, gen {GEN_LENGTH} (semi-AR blocks of {BLOCK_LENGTH}), {args.items} "
              f"held-out items of each of {', '.join(families)}; d2Cache (Kamichanw/d2Cache@{COMMIT[:12]}) "
              "`vanilla_generate` run unmodified on the CPU, with `debias: true`, `clip_alpha: 10`, one token a "

@@ -268,7 +268,7 @@ def test_a_clash_an_editing_rule_replaced_is_counted_as_taken_back(predictor):
 def test_the_choice_lanes_include_the_decoders_of_2026_and_remdm_decodes_non_ar_only(predictor):
     from dico.bench.breaks import LANES, breaks
 
-    assert {"llada21", "t2m", "hierarchy", "credit", "pc_sampler", "prophet", "remdm"} <= {m for _, m, _ in LANES}
+    assert {"llada21", "t2m", "hierarchy", "credit", "pc-sampler", "prophet", "remdm"} <= {m for _, m, _ in LANES}
     rows = breaks(predictor, ("pick",), ("non-ar", "semi-ar"), 1, [("ReMDM", "remdm", {})], progress=False)
     assert [(r["mode"], r["label"]) for r in rows] == [("non-ar", "ReMDM")]
 

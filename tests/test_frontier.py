@@ -138,13 +138,13 @@ def test_the_published_decoders_lines_turn_their_knobs_through_their_defaults(ca
     from dico.settings import SETTINGS
 
     assert set(LINES) == {"topk", "fast", "fast-factor", "dico", "eb", "klass", "wino", "saber", "llada21", "t2m",
-                          "hierarchy", "credit", "pc_sampler", "prophet", "remdm", "floor"}
+                          "hierarchy", "credit", "pc-sampler", "prophet", "remdm", "floor"}
     points = sweep(96, ("saber", "eb"))
     assert (points[0].label, points[0].value) == ("Top-1 per step", 1)
     assert [p.sweep for p in points[1:]] == ["EB-Sampler gamma"] * 5 + ["Saber n"] * 4
     for method, knob in (("eb", "gamma"), ("klass", "confidence"), ("wino", "threshold"), ("saber", "n"),
                          ("llada21", "threshold"), ("t2m", "threshold"), ("hierarchy", "threshold"),
-                         ("credit", "threshold"), ("pc_sampler", "num_transfer_tokens"), ("remdm", "unmask_k")):
+                         ("credit", "threshold"), ("pc-sampler", "num_transfer_tokens"), ("remdm", "unmask_k")):
         line = [p for p in sweep(96, (method,)) if p.method == method]
         default = getattr(SETTINGS[method](), knob)
         assert default in [p.value for p in line] and all(p.settings == {knob: p.value} for p in line)

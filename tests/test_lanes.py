@@ -1,6 +1,7 @@
 """Lanes: a race lane is a method, its settings and a label. Up to six, two may share a method; everything is
 checked before anything runs; every trace records its lane's label, and figures and tables name lanes by it."""
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,45 @@ def test_the_benchmark_takes_top_k_and_vanilla_steps_rows_beside_its_reference(p
     with pytest.raises(ValueError, match="label 'x' names two configs"):
         run(predictor, [("x", "topk", {}), ("x", "fast", {})], ("word",), ("non-ar",), 1, lengths=((16, 8),),
             progress=False)
+
+
+def test_method_ids_are_spelled_one_way_and_an_old_id_still_names_its_method():
+    import re
+
+    from dico.bench import options
+    from dico.methods import RULES
+    from dico.settings import METHOD_ALIASES, METHOD_LABELS, METHODS, method_id
+    assert set(RULES) == set(METHODS) == set(METHOD_LABELS)
+    assert all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", m) for m in METHODS), METHODS      # hyphens, as modes
+    assert not set(METHOD_ALIASES) & set(METHODS) and set(METHOD_ALIASES.values()) <= set(METHODS)
+    assert method_id("pc_sampler") == "pc-sampler" == method_id("pc-sampler") and method_id(None) is None
+    # a lane (the page, /run, a fork's "continue with"), a settings object, the library, the bench's options
+    lanes = parse_lanes(["pc_sampler", {"method": "pc_sampler", "settings": {"lambd": 0.25}}],
+                        {"pc_sampler": {"clip_alpha": 5.0}})
+    assert [lane.method for lane in lanes] == ["pc-sampler", "pc-sampler"]
+    assert lanes[0].settings.clip_alpha == 5.0 and lanes[1].settings.lambd == 0.25
+    assert dico.settings_for("pc_sampler").method == "pc-sampler"
+    assert options.choices("methods", "pc_sampler,vanilla", METHODS, "method") == ("pc-sampler", "vanilla")
+
+
+def test_a_request_naming_a_method_by_its_old_id_runs_it():
+    from dico.__main__ import build_parser, given_settings
+    from dico_ui.request import api_request
+    prompt = "Here is a list: 4, 9, 13. Make every item smaller by 3. Keep the order."
+    req = api_request(prompt, "dico-tiny", "non-ar", 16, 16, ["pc_sampler"], '{"pc_sampler": {"lambd": 0.25}}',
+                      False)
+    assert req.lanes[0].method == "pc-sampler" and req.lanes[0].settings.lambd == 0.25
+    args = build_parser().parse_args(["generate", "--prompt", prompt, "--method", "pc_sampler", "--lambd", "0.25"])
+    assert args.method == "pc-sampler" and given_settings(args) == {"lambd": 0.25}
+
+
+def test_a_trace_file_naming_its_method_by_an_old_id_loads_and_replays(predictor):
+    prompt = "Here is a list: 4, 9, 13. Make every item smaller by 3. Keep the order."
+    trace = dico.generate(predictor, prompt, "pc_sampler", gen_length=16)          # the library reads it too
+    assert trace.method == "pc-sampler" and trace.label == "PC-Sampler"
+    data = trace.to_dict()
+    data["method"] = "pc_sampler"                                   # as a file written before the respelling
+    old = Trace.from_json(json.dumps(data))
+    assert old.method == "pc-sampler" and old.name == "PC-Sampler"
+    again = dico.fork(predictor, old, at=len(old.steps) // 2)       # its first steps decoded again, checked
+    assert again.text == old.text and [s.committed for s in again.steps] == [s.committed for s in old.steps]

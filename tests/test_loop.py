@@ -30,7 +30,7 @@ PROMPT = "Tom has 5 apples"
 PHASES = {"vanilla": {"vanilla"}, "topk": {"vanilla"}, "fast": {"fast"}, "fast-factor": {"fast"},
           "dico": {"divide", "conquer", "finalize"}, "eb": {"vanilla"}, "klass": {"fast", "vanilla"},
           "wino": {"fast"}, "saber": {"fast"}, "llada21": {"fast", "edit"}, "t2m": {"fast", "edit"},
-          "hierarchy": {"fast"}, "credit": {"fast"}, "pc_sampler": {"vanilla"}, "prophet": {"vanilla", "fast"},
+          "hierarchy": {"fast"}, "credit": {"fast"}, "pc-sampler": {"vanilla"}, "prophet": {"vanilla", "fast"},
           "remdm": {"vanilla"}, "sdar": {"vanilla", "fast"}}
 SETTINGS = {
     "vanilla": [{}],
@@ -47,7 +47,7 @@ SETTINGS = {
     "t2m": [{}, {"speed_mode": True}, {"max_post_edit_steps": 0}],
     "hierarchy": [{}, {"threshold": 0.5, "low_threshold": 0.0}],
     "credit": [{}, {"threshold": 0.5, "credit_alpha": 3.0, "decay_beta": 0.0}, {"credit_alpha": 0.0}],
-    "pc_sampler": [{}, {"num_transfer_tokens": 3, "clip_alpha": 1.0}, {"lambd": 0.25}],
+    "pc-sampler": [{}, {"num_transfer_tokens": 3, "clip_alpha": 1.0}, {"lambd": 0.25}],
     "prophet": [{}, {"early": 0.5, "mid": 0.5, "late": 0.5}, {"answer_start": 3, "answer_length": 2}],
     "remdm": [{}, {"init_unmask_ratio": 1.0, "loop_steps": 3}, {"init_unmask_ratio": 0.5, "unmask_k": 1}],
     "sdar": [{}, {"remasking": "low_confidence_static", "steps": 3}, {"remasking": "sequential", "random_seed": 5},

@@ -144,7 +144,7 @@ def test_credit_without_weight_commits_as_dinfers_plain_threshold_and_with_it_in
 # ------------------------------------------------------------------------------------------ PC-Sampler
 
 def pc_sampler(table, **settings):
-    sampler = rule("pc_sampler", **settings)
+    sampler = rule("pc-sampler", **settings)
     sampler.bind(SimpleNamespace(name="stand-in", token_frequency=torch.tensor(table)))
     return sampler
 
@@ -170,7 +170,7 @@ def test_pc_sampler_is_refused_before_any_pass_on_a_model_without_a_frequency_ta
     predictor = random_predictor(seed=3)
     predictor.token_frequency = None
     with pytest.raises(ValueError, match="PC-Sampler needs the token frequencies of 'random'"):
-        dico.Decoding(predictor, "a b", "pc_sampler", gen_length=4)
+        dico.Decoding(predictor, "a b", "pc-sampler", gen_length=4)
 
 
 def test_a_token_frequency_file_reads_as_pc_samplers_code_reads_it(tmp_path):
@@ -189,7 +189,7 @@ def test_the_embedded_model_ships_the_frequencies_of_its_training_text(predictor
     eos = predictor.tokenizer.eos_token_id            # one a training item: 20,000 of the counted tokens
     saved = json.loads((dico.models.EMBEDDED / "token_frequency.json").read_text())
     assert float(table[eos]) == pytest.approx(20_000 / saved["num_token"])
-    assert generate(predictor, WORD, "pc_sampler", gen_length=48).nfe == 48
+    assert generate(predictor, WORD, "pc-sampler", gen_length=48).nfe == 48
 
 
 # ------------------------------------------------------------------------------------------ Prophet

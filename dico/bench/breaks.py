@@ -42,7 +42,7 @@ LANES = [("Vanilla", "vanilla", {}), ("Top-2 per step", "topk", {"k": 2}), ("Top
          ("Fast-dLLM", "fast", {}), ("DiCo", "dico", {}), ("EB-Sampler", "eb", {}), ("KLASS", "klass", {}),
          ("WINO", "wino", {}), ("Saber", "saber", {}),
          # the decoders of 2026 (issue 54); ReMDM decodes non-AR only, as its code runs
-         *((METHOD_LABELS[m], m, {}) for m in ("llada21", "t2m", "hierarchy", "credit", "pc_sampler", "prophet",
+         *((METHOD_LABELS[m], m, {}) for m in ("llada21", "t2m", "hierarchy", "credit", "pc-sampler", "prophet",
                                                "remdm"))]
 DEFAULT_ITEMS = 40
 KINDS = BREAK_KINDS

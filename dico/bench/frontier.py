@@ -90,7 +90,7 @@ def lines(gen_length: int = DEFAULT_GEN_LENGTH) -> dict[str, list[Point]]:
             "hierarchy": _line("dInfer hierarchy threshold", "hierarchy", "threshold", DINFER_THRESHOLDS,
                                "dInfer hierarchy {v:g}"),
             "credit": _line("dInfer credit threshold", "credit", "threshold", DINFER_THRESHOLDS, "dInfer credit {v:g}"),
-            "pc_sampler": _line("PC-Sampler tokens a pass", "pc_sampler", "num_transfer_tokens", PC_SAMPLER_TOKENS,
+            "pc-sampler": _line("PC-Sampler tokens a pass", "pc-sampler", "num_transfer_tokens", PC_SAMPLER_TOKENS,
                                 "PC-Sampler {v:g} a pass"),
             "prophet": [Point("Prophet gaps", "gap scale", scale, f"Prophet gaps x{scale:g}", "prophet",
                               {"early": 7.5 * scale, "mid": 5.0 * scale, "late": 2.5 * scale})

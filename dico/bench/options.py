@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dico.bench.core import BATCH_SIZE, FULL_ITEMS, LENGTHS, QUICK_ITEMS
 from dico.embedded import tasks
-from dico.settings import MODES
+from dico.settings import MODES, method_id
 
 
 def choices(option: str, text: str | None, allowed, noun: str, default=(), none_ok: bool = False) -> tuple[str, ...]:
-    """A comma-separated option's values (``default`` when it is not given), each one of ``allowed``; ``none_ok``:
-    an empty value chooses none."""
-    chosen = tuple(dict.fromkeys(v for v in (text or "").split(",") if v)) or tuple(default)
+    """A comma-separated option's values (``default`` when it is not given), each one of ``allowed`` (a method's old
+    id read as today's, ``dico.settings.method_id``); ``none_ok``: an empty value chooses none."""
+    chosen = tuple(dict.fromkeys(method_id(v) for v in (text or "").split(",") if v)) or tuple(default)
     unknown = [v for v in chosen if v not in allowed]
     if unknown or not (chosen or none_ok):
         raise ValueError(f"{option}: unknown {noun} {(unknown or [text])[0]!r}; choose from {', '.join(allowed)}")

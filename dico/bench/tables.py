@@ -9,7 +9,7 @@ import json
 
 from dico.bench.core import FLOOR, aup_of_rows, floor_ratios, wilson
 from dico.bench.hardware import counted
-from dico.settings import METHOD_LABELS, MODES
+from dico.settings import METHOD_LABELS, MODES, method_id
 from dico.trace import FLOOR_BOUND
 
 ROW_FIELDS = ("method", "label", "mode", "task", "n", "accuracy", "nfe_mean", "tokens_per_s", "speedup_nfe",
@@ -21,7 +21,7 @@ THROUGHPUT_FIELDS = ("method", "label", "batch_size", "n", "tokens_per_s", "spee
 def read_results(path, fields=ROW_FIELDS) -> tuple[list[dict], dict]:
     """Rows and the run's own record (title, command, machine, seconds) of a ``--json`` file written by
     ``dico.bench``, checked field by field (the app shows them). Files from before rows carried ``label`` (their
-    ``method`` was the display label) are read with the method id restored."""
+    ``method`` was the display label) are read with the method id restored, and a method's old id as today's."""
     with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
     rows = data.get("rows") if isinstance(data, dict) else None
@@ -35,6 +35,8 @@ def read_results(path, fields=ROW_FIELDS) -> tuple[list[dict], dict]:
             row["method"] = by_label.get(label) or by_label.get(label.split(" (")[0]) or \
                 ("dico" if "DiCo" in label else label)
             row.setdefault("gen_length", data.get("gen_length"))
+        if isinstance(row, dict) and "method" in row:
+            row["method"] = method_id(row["method"])
         missing = [k for k in fields if k not in row]
         if missing:
             raise ValueError(f"{path}: rows[{i}] misses {', '.join(missing)}")
