@@ -16,6 +16,7 @@ from pathlib import Path
 import gradio as gr
 
 import visuals
+from dico.block import BLOCK_KIND
 from dico.observe import WITHIN, dependency, layer_locality, layer_maps, locality, stage_of
 from dico.trace import MAX_JSON_BYTES, read_traces
 from dico_ui import render, runs
@@ -23,7 +24,7 @@ from dico_ui.limits import LIMITS
 from dico_ui.models import EMBEDDED_NAME, HUB_MODELS, MODEL_NOTES, describe, get_predictor, gpu, is_warm, mark_warm
 from dico_ui.outputs import RESULTS, banner, cleared, figure, friendly, results  # noqa: F401  (RESULTS: tests)
 from dico_ui.race import Frame, race, replay
-from dico_ui.request import CONTROLS, RunRequest, api_request, check, measures_by_default, page_request
+from dico_ui.request import CONTROLS, RunRequest, api_request, check, fit_to_model, measures_by_default, page_request
 from dico_ui.runs import clicked, closed, stop  # noqa: F401  (wired in dico_ui.wiring)
 from dico_ui.stream import End, Job, Timed, admitted, failure
 from dico_ui.text import clean
@@ -46,16 +47,21 @@ def decode_race(req):
 
 class RunJob(Job):
     """A race of lanes (``dico_ui.stream`` streams it): the page cleared by its first frame, the lanes live with the
-    prompt's note, then every figure drawn from the traces."""
+    prompt's note, then every figure drawn from the traces. On a block diffusion model the request is fitted to its
+    blocks first (``request.fit_to_model``), and the status says so from start to end."""
 
     def __init__(self, req: RunRequest):
+        req, self.fitted = fit_to_model(req, get_predictor(req.model))
         predictor, warnings, outside = check(req, runs.pass_s)
         super().__init__(predictor, warnings)
         self.req, self.outside, self.cold = req, outside, ""
 
     def start(self) -> dict:
         self.cold = "" if is_warm(self.req.model) else " (first run on this model: its timing includes warming up)"
-        return {"status": "Starting…" + "".join(f"  \n⚠ {clean(w)}" for w in self.warnings)}
+        return {"status": "Starting…" + self.fitted_line() + "".join(f"  \n⚠ {clean(w)}" for w in self.warnings)}
+
+    def fitted_line(self) -> str:
+        return f"  \n{clean(self.fitted)}" if self.fitted else ""
 
     def first(self, frame: Frame) -> dict:
         return {**cleared(""), **self.live(frame)}           # the last run's figures go once this one decodes
@@ -75,8 +81,8 @@ class RunJob(Job):
             passes = sum(t.nfe + (t.clash or {}).get("passes", 0) for t in traces)
             runs.paced(end.seconds, passes, traces[0].prompt_length + self.req.gen_length)
         took = f"in {end.seconds:.1f} s on {clean(describe(self.predictor))}{self.cold}"
-        return results(traces, f"{ending(frame, end)} {took}.  \n" + render.summary(traces, self.outside),
-                       self.outside)
+        return results(traces, f"{ending(frame, end)} {took}.{self.fitted_line()}  \n"
+                       + render.summary(traces, self.outside), self.outside)
 
 
 def ending(frame: Frame, end: End) -> str:
@@ -377,14 +383,16 @@ def tick(k, run_index, traces) -> dict:
 
 def choose_model(model) -> dict:
     """Load the chosen model and say where it runs; a hub model that cannot load leaves the embedded one chosen.
-    Measuring the clash follows the model: on for an embedded one, off (on demand) for a large one."""
+    Measuring the clash follows the model: on for an embedded one, off (on demand) for a large one. A block
+    diffusion model sets the mode and block length to the one way it decodes (semi-AR, its own blocks)."""
     try:
         predictor = get_predictor(model)
     except ValueError as exc:
         gr.Warning(clean(exc))
         return {"model": EMBEDDED_NAME, "measure_clash": True,
                 "model_note": model_note(get_predictor(EMBEDDED_NAME), failed=HUB_MODELS.get(model, model))}
-    return {"model_note": model_note(predictor), "measure_clash": measures_by_default(model)}
+    blocks = {"mode": "semi-ar", "block_length": predictor.block} if model_block(predictor) else {}
+    return {"model_note": model_note(predictor), "measure_clash": measures_by_default(model), **blocks}
 
 
 def current_model_note() -> dict:
@@ -401,7 +409,15 @@ def model_note(predictor=None, failed: str = "") -> str:
         where = f"**{clean(failed)} could not be loaded here**; the embedded model keeps working. " + where
     if predictor is not None and predictor.name in MODEL_NOTES:
         where += " " + MODEL_NOTES[predictor.name]
+    if model_block(predictor):
+        where += (f" A block diffusion model: it decodes semi-AR, one of its own blocks of {predictor.block} a window, "
+                  "so a run on it uses them whatever the mode and block length say.")
     return where
+
+
+def model_block(predictor) -> int | None:
+    """A block diffusion model's block (``dico.block``), None for any other model (or none)."""
+    return getattr(predictor, "block", None) if getattr(predictor, "kind", None) == BLOCK_KIND else None
 
 
 

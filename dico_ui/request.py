@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from dico.block import BLOCK_KIND
 from dico.constraints import encode_fixed, parse_constraints
 from dico.embedded import scope
 from dico.lanes import Lane, parse_lanes
@@ -114,12 +115,44 @@ def parse_request(prompt, methods=DEFAULT_METHODS, settings: dict[str, dict] | N
     req = RunRequest(prompt, lanes, model or EMBEDDED_NAME, mode, gen_length, block_length,
                      switch(capture_attention, "capture_attention"), constraint_pairs(constraints),
                      measures_by_default(model) if measure_clash is None else switch(measure_clash, "measure_clash"))
-    for i, lane in enumerate(lanes):
+    admit_lanes(req, at)
+    return req
+
+
+def admit_lanes(req: RunRequest, at: Callable[..., str] = api_lane) -> None:
+    """Every lane admitted to the request's mode and lengths (``dico.methods.admit``), or ValueError naming it."""
+    for i, lane in enumerate(req.lanes):
         try:
-            admit(lane.method, mode, lane.settings, gen_length, block_length or gen_length, req.attends(i))
+            admit(lane.method, req.mode, lane.settings, req.gen_length, req.block_length or req.gen_length,
+                  req.attends(i))
         except ValueError as exc:
             raise ValueError(f"{at(i)} ({lane.label}): {exc}") from None
-    return req
+
+
+def fit_to_model(req: RunRequest, predictor: MaskPredictor) -> tuple[RunRequest, str]:
+    """A request fitted to a block diffusion model (``dico.block``), with one line saying what changed ("" if none).
+
+    Such a model decodes one way: semi-AR, one of its own blocks a window (its block is a property of its training,
+    not a choice of decoding). The page's mode and block length are an ordinary model's settings, so rather than
+    refuse a visitor's run for values they never chose for this model, the page and ``/run`` decode it the way it
+    can, semi-AR in its blocks with gen_length rounded up to whole blocks, and say so. The library and the CLI still
+    refuse those values with one line naming the field (``dico.block.check_block_request``): a caller there asks
+    for them in code, and a benchmark must not measure something else than it asked for."""
+    block = predictor.block if predictor.kind == BLOCK_KIND else None
+    gen_length = -(-req.gen_length // block) * block if block else req.gen_length
+    if not block or (req.mode, req.block_length, req.gen_length) == (SEMI_AR, block, gen_length):
+        return req, ""
+    asked = [f"{req.mode}" + (f", block_length {req.block_length}" if req.block_length else "")] + \
+        ([f"gen_length {req.gen_length}"] if gen_length != req.gen_length else [])
+    fitted = replace(req, mode=SEMI_AR, block_length=block, gen_length=gen_length)
+    try:
+        admit_lanes(fitted, page_lane)
+    except ValueError as exc:
+        raise ValueError(f"{exc} ({predictor.name} is a block diffusion model: it decodes semi-AR, in its own "
+                         f"blocks of {block})") from None
+    return fitted, (f"{predictor.name} is a block diffusion model, so this run decodes semi-AR in its own blocks of "
+                    f"{block}" + (f", gen_length {gen_length}" if gen_length != req.gen_length else "")
+                    + f" (asked: {'; '.join(asked)}).")
 
 
 def constraint_pairs(value) -> tuple[tuple[int, str | int], ...]:

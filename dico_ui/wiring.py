@@ -74,8 +74,8 @@ def wire(demo, c: dict) -> None:
     wire_lanes(slots, c)
     wire_step_view(c)
     wire_fork_panel(c, results)
-    c["model"].input(keyed(h.choose_model, c), [c["model"]], [c["model"], c["model_note"], c["measure_clash"]],
-                     show_api=False)
+    c["model"].input(keyed(h.choose_model, c), [c["model"]], [c["model"], c["model_note"], c["measure_clash"],
+                                                              c["mode"], c["block_length"]], show_api=False)
     c["mode"].change(keyed(h.show_block_length, c), [c["mode"]], [c["block_length"]], **quiet)
     demo.load(keyed(h.first_impression, c), None, results + [c["prompt"]], show_api=False)
     demo.unload(h.closed)
