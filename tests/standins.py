@@ -10,8 +10,9 @@
   ``marker + i``, to check how ``MaskPredictor`` aligns them (Dream's shift by one, LLaDA in place).
 - ``tiny_model_folder(path)``: a real, tiny ``BertForMaskedLM`` + ``dico.embedded.tokenizer.build_tokenizer`` saved
   like a hub model, for ``load_model`` and the command line.
-- ``scores``, ``rule``, ``run``, ``phases``: a rule's input by hand, a rule by its settings, a scripted decode
-  (every forward pass must become a step) and its phases, for the rule tests.
+- ``scores``, ``written``, ``with_signals``, ``rule``, ``run``, ``phases``: a rule's input by hand (masks only;
+  written tokens; the loop's signals), a rule by its settings, a scripted decode (every forward pass must become a
+  step) and its phases, for the rule tests.
 - ``remote_model_folder(path, kind)``: a LLaDA- or Dream-shaped model folder with its own code
   (``tests/remote_standin.py``), its mask id in the config and a chat template, for ``trust_remote_code``.
 - ``partial_cached_pass(predictor, decoding)``: a cached decode's pass between refreshes over an unchanged sequence.
@@ -488,6 +489,27 @@ def scores(conf, *, decoded=(), window=None, margin=None):
     margin = torch.zeros(n) if margin is None else torch.tensor(margin, dtype=torch.float32)
     return Scores(conf=torch.tensor(conf, dtype=torch.float32), pred=torch.arange(n) + 10, margin=margin,
                   masked=masked, window=window or (0, n))
+
+
+def written(conf, pred, tokens, *, masked=(), fixed=(), window=None):
+    """Scores of a response whose ``tokens`` are written (but at ``masked``), the model predicting ``pred``: for the
+    rules that look at written tokens (they edit or take them back) or at the token predicted."""
+    from dico.rules import Scores
+    n = len(conf)
+    is_masked = torch.zeros(n, dtype=torch.bool)
+    is_masked[list(masked)] = True
+    is_fixed = torch.zeros(n, dtype=torch.bool)
+    is_fixed[list(fixed)] = True
+    ids = torch.tensor(tokens)
+    ids[is_masked] = MASK_ID
+    return Scores(conf=torch.tensor(conf, dtype=torch.float32), pred=torch.tensor(pred), margin=torch.zeros(n),
+                  masked=is_masked, window=window or (0, n), fixed=is_fixed, tokens=ids)
+
+
+def with_signals(s, **signals):
+    """``s`` with the per-position signals a rule asks of the loop (entropy, KL, a mirror's confidence)."""
+    s.signals = {k: torch.tensor(v, dtype=torch.float32) for k, v in signals.items()}
+    return s
 
 
 def rule(method: str, mode: str = "non-ar", **settings):

@@ -1,9 +1,10 @@
-"""The four published decoders as rules (docs/decoding.md §7), each on one step's scores written by hand.
+"""The rules that take committed tokens back to the mask (dico/rules/takeback.py; docs/decoding.md §7.3, §7.4, §7.7,
+§7.10), each on one step's scores written by hand, then on the embedded model where a rule's promise needs a run.
 
-EB-Sampler commits the longest confidence-ordered prefix whose entropies, summed less their largest, stay within
-gamma; KLASS commits the ready positions (confident and stable for `history` passes) or LLaDA's schedule; WINO drafts
-above 0.6 and, when it drafted more than one, takes back earlier tokens its mirrored block confirms below 0.9; Saber
-commits above the mean commit confidence (at least n) and takes back the tokens whose confidence fell most.
+WINO drafts above 0.6 and, when it drafted more than one, takes back earlier tokens its mirrored block confirms
+below 0.9; Saber commits above the mean commit confidence (at least n) and takes back the tokens whose confidence
+fell most; token-to-mask takes doubted tokens back where LLaDA 2.1 would replace them; ReMDM takes the least likely
+tokens back in loops. The loop's side of a take-back (recorded, caches, the pass limit): test_revision.py.
 """
 from __future__ import annotations
 
@@ -12,68 +13,10 @@ import math
 import pytest
 import torch
 
-from standins import rule, scores
+from dico import generate
+from standins import rule, scores, with_signals, written
 
-
-def with_signals(s, **signals):
-    s.signals = {k: torch.tensor(v, dtype=torch.float32) for k, v in signals.items()}
-    return s
-
-
-# ============================================================================ EB-Sampler
-
-def test_eb_commits_the_longest_prefix_whose_entropy_less_its_largest_stays_within_gamma():
-    # confidence order: 2, 0, 3, 1; entropies along it 0.5, 0.05, 0.04, 0.3 -> sums less max 0, 0.05, 0.09, 0.39
-    s = with_signals(scores([0.8, 0.3, 0.9, 0.7]), entropy=[0.05, 0.3, 0.5, 0.04])
-    assert rule("eb", gamma=0.1).choose(s).commit == [0, 2, 3]
-    assert rule("eb", gamma=0.06).choose(s).commit == [0, 2]
-    assert rule("eb", gamma=0.0).choose(s).commit == [2]            # the most confident always fits
-
-
-def test_eb_looks_only_at_masked_positions_of_the_window():
-    s = with_signals(scores([0.99, 0.98, 0.97, 0.96], decoded=[0], window=(0, 3)), entropy=[0.0, 0.0, 0.0, 0.0])
-    assert rule("eb").choose(s).commit == [1, 2]
-
-
-# ============================================================================ KLASS
-
-def klass_step(r, conf, kl, **kw):
-    return r.choose(with_signals(scores(conf, **kw), kl=kl))
-
-
-def test_klass_commits_every_confident_position_whose_kl_stayed_low_for_its_history():
-    r = rule("klass")                              # confidence 0.9, KL 0.01, history 2
-    r.start((0, 4))
-    first = klass_step(r, [0.95, 0.95, 0.5, 0.2], [1e-3, 1e-3, 1e-3, 1e-3])
-    assert first.commit == [0] and first.phase == "vanilla"        # a history of one pass: nothing ready yet
-    second = klass_step(r, [0.95, 0.95, 0.95, 0.2], [1e-3, 0.5, 1e-3, 1e-3], decoded=[0])
-    assert second.commit == [2] and second.phase == "fast"          # 1's KL jumped; 2 stable for two passes
-
-
-def test_klass_falls_back_to_llada_schedule_when_nothing_is_ready():
-    r = rule("klass", steps=2)                    # two passes for 4 masks: two a pass, the most confident
-    r.plan(4, 4)
-    r.start((0, 4))
-    assert klass_step(r, [0.5, 0.8, 0.7, 0.1], [1.0] * 4).commit == [1, 2]
-
-
-def test_klass_keeps_its_history_across_blocks_unless_told_to_reset_it():
-    for reset, expected in ((False, [4, 5]), (True, [4])):
-        r = rule("klass", reset_each_block=reset)                  # history 2
-        r.start((0, 2))
-        klass_step(r, [0.95, 0.2, 0.5, 0.5, 0.5, 0.5], [1e-3] * 6, window=(0, 2))
-        r.start((2, 6))
-        first = klass_step(r, [0.5, 0.5, 0.5, 0.97, 0.95, 0.93], [1e-3] * 6, decoded=[0, 1], window=(2, 6))
-        assert first.commit == [3]                                 # a window's first pass: the schedule's top-1
-        # 4 and 5 were stable for two passes; after a reset the window's first KL reads as unstable: the schedule
-        second = klass_step(r, [0.5, 0.5, 0.5, 0.5, 0.95, 0.93], [1e-3] * 6, decoded=[0, 1, 3], window=(2, 6))
-        assert second.commit == expected
-
-
-def test_klass_gsm8k_preset_and_explicit_values():
-    from dico.settings import settings_for
-    assert (settings_for("klass", {"gsm8k_script": True}).confidence, settings_for("klass").confidence) == (0.6, 0.9)
-    assert settings_for("klass", {"gsm8k_script": True, "kl": 0.02}).kl == 0.02
+TEAM = "We have bikes, drums and bats. Pick two of them."
 
 
 # ============================================================================ WINO
@@ -181,3 +124,33 @@ def test_among_exactly_equal_confidences_saber_commits_and_takes_back_as_its_pub
             assert choice.remask == published_topk(m, {p: conf[p] for p in commit}, 1, largest=False)
             lower += choice.commit != [0, 1] or choice.remask != [0]
     assert lower        # and torch's choice is not always the lower positions (the rest of the project's tie rule)
+
+
+# ============================================================================ token-to-mask
+
+def test_t2m_takes_doubted_tokens_back_instead_of_replacing_them_within_its_budget():
+    remask = rule("t2m", max_post_edit_steps=1)
+    remask.start((0, 3))
+    choice = remask.choose(written([0.9, 0.9, 0.9], [7, 2, 9], [1, 2, 3], masked=[2]))
+    assert (choice.commit, choice.remask, choice.edit) == ([2], [0], [])
+    choice = remask.choose(written([0.9, 0.9, 0.9], [7, 8, 9], [1, 2, 3], masked=[0]))   # budget spent
+    assert (choice.commit, choice.remask) == ([0], []) and not remask.lingers()
+
+
+# ============================================================================ ReMDM
+
+def test_remdm_commits_then_loops_taking_back_and_committing_then_finishes(predictor):
+    trace = generate(predictor, TEAM, "remdm", gen_length=16, init_unmask_ratio=0.75, loop_steps=3)
+    kinds = ["back" if s.remasked else "commit" for s in trace.steps]
+    # 12 commits to the ratio, 3 loops of (take back 1, commit 1), then the last 4 one a pass
+    assert kinds == ["commit"] * 12 + ["back", "commit"] * 3 + ["commit"] * 4
+    assert all(len(s.committed) == 1 for s in trace.steps if not s.remasked)
+    assert all(len(s.remasked) == 1 and not s.committed for s in trace.steps if s.remasked)
+    assert trace.nfe == 22 and "[MASK]" not in trace.text
+
+
+@pytest.mark.parametrize("request_, field", [(dict(mode="semi-ar", block_length=8), "mode"),
+                                             (dict(init_unmask_ratio=0.8), "init_unmask_ratio")])
+def test_remdm_refuses_what_its_code_cannot_run_before_any_pass(predictor, request_, field):
+    with pytest.raises(ValueError, match=f"^{field}:"):
+        generate(predictor, TEAM, "remdm", gen_length=16, **request_)
