@@ -1,7 +1,7 @@
 """How closely ``hierarchy``, ``prophet`` and ``remdm`` follow their published code, step for step (embedded model).
 
-    PYTHONPATH=/tmp/published2026 python tests/fidelity_2026.py --items 10
-    # writes assets/bench/fidelity_2026.{json,md} (after each method)
+    PYTHONPATH=/tmp/published2026 python tests/fidelity_hierarchy_prophet_remdm.py --items 10
+    # writes assets/bench/fidelity_hierarchy_prophet_remdm.{json,md} (after each method)
 
 The published code is not part of this repository (two of its repositories have no licence): ``<folder>``
 (/tmp/published2026 for the committed results) holds copies of the files, unmodified, taken with
@@ -61,7 +61,7 @@ from fidelity_credit import run_blocks, stand_in_dinfer
 from fidelity_run import Adapter, Recorder, _quiet, agreement
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "assets" / "bench" / "fidelity_2026"
+OUT = ROOT / "assets" / "bench" / "fidelity_hierarchy_prophet_remdm"
 GEN_LENGTH, BLOCK_LENGTH = 96, 32
 MODES = {"non-ar": GEN_LENGTH, "semi-ar": BLOCK_LENGTH}
 KEYS = ("committed", "tokens", "remasked")
@@ -297,7 +297,7 @@ def main() -> None:
     started, rows = time.time(), []
     families = [f for f in tasks.FAMILIES if f not in tasks.LONG_FAMILIES]
     folder = os.environ.get("PYTHONPATH") or "<folder>"
-    command = f"PYTHONPATH={folder} python tests/fidelity_2026.py --items {args.items}"
+    command = f"PYTHONPATH={folder} python tests/fidelity_hierarchy_prophet_remdm.py --items {args.items}"
     if args.methods != list(METHOD_MODES):
         command += f" --methods {' '.join(args.methods)}"
 
