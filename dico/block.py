@@ -250,7 +250,7 @@ class BlockStore:
         """Logits (1, l, v) after computing ``positions`` (one block, ascending) against the stored blocks. First the
         blocks before it that are written and not yet stored are stored as SDAR's generate stores them: the prompt's
         whole blocks in one prefill pass under the block-causal mask, every later block in a pass of its own."""
-        block, device = predictor.block, predictor.device
+        device = predictor.device
         start, end = int(positions[0]), int(positions[-1]) + 1
         ids = predictor.to_model(ids)
         self.computed = end - start

@@ -6,6 +6,7 @@ place that admits a rule to a run (its settings, the run's lengths, what the rul
 """
 from __future__ import annotations
 
+from dico.fast_dllm_v2 import FastV2Rule
 from dico.rules import Rule
 from dico.rules.divide_conquer import DiCo
 from dico.rules.editing import JointThreshold
@@ -18,7 +19,8 @@ from dico.settings import METHOD_LABELS, NON_AR, Settings, decodes_in, method_id
 RULES = {"vanilla": Vanilla, "topk": TopK, "fast": FastThreshold, "fast-factor": FastFactor, "dico": DiCo,
          "eb": EntropyBounded, "klass": KLAdaptive, "wino": WideInNarrowOut, "saber": Saber,
          "llada21": JointThreshold, "t2m": TokenToMask, "hierarchy": Hierarchy, "credit": Credit,
-         "pc-sampler": PCSampler, "prophet": Prophet, "remdm": ReMDM, "sdar": SDARRule}
+         "pc-sampler": PCSampler, "prophet": Prophet, "remdm": ReMDM, "sdar": SDARRule,
+         "fast-v2": FastV2Rule}
 
 
 def make_rule(method: str, mode: str = NON_AR, settings: Settings | dict | None = None) -> Rule:

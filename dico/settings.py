@@ -363,11 +363,9 @@ class SaberSettings(SamplingSettings):
 
 
 @dataclass(frozen=True)
-class LLaDA21Settings(SamplingSettings):
-    """LLaDA 2.1's joint threshold (SGLang's ``JointThreshold``, docs/decoding.md §7.6): fill masks above one
-    threshold (mask-to-token) and replace written tokens of the window where the model now predicts another token
-    above a second (token-to-token), then keep editing a full window for up to ``max_post_edit_steps`` passes."""
-    method = "llada21"
+class EditingSettings(SamplingSettings):
+    """What LLaDA 2.1's joint threshold and token-to-mask share: a threshold to fill masks, one to doubt written
+    tokens, and a budget of passes over a full window (``speed_mode``: SGLang's defaults)."""
     speed_mode: bool = setting(False, "start from LLaDA 2.1's speed mode (threshold 0.5, edit_threshold 0.0: full "
                                "editing, SGLang's defaults); settings given explicitly win", label="speed mode")
     threshold: float = setting(0.7, "mask-to-token: commit every masked position of the window whose confidence is "
@@ -382,7 +380,21 @@ class LLaDA21Settings(SamplingSettings):
 
 
 @dataclass(frozen=True)
-class T2MSettings(LLaDA21Settings):
+class LLaDA21Settings(EditingSettings):
+    """LLaDA 2.1's joint threshold (SGLang's ``JointThreshold``, docs/decoding.md §7.6): fill masks above one
+    threshold (mask-to-token) and replace written tokens of the window where the model now predicts another token
+    above a second (token-to-token), then keep editing a full window for up to ``max_post_edit_steps`` passes.
+    ``model_card``: as LLaDA 2.1's own generate instead (§11.6)."""
+    method = "llada21"
+    model_card: bool = setting(False, "start from LLaDA 2.1's own generate (its model card's modeling_llada2_moe.py): "
+                               "threshold 0.95, edit_threshold 0.9, the mask token's logit kept in the softmax of "
+                               "the confidence (mask_in_softmax), and a window ends with its last post-edit pass "
+                               "instead of spending one more that writes nothing (SGLang's); settings given "
+                               "explicitly win", label="as LLaDA 2.1's generate")
+
+
+@dataclass(frozen=True)
+class T2MSettings(EditingSettings):
     """Token-to-mask: LLaDA 2.1's signal with the doubted token taken back to the mask instead of replaced ("remask,
     don't replace", docs/decoding.md §7.7), so the next pass predicts it again with the position masked."""
     method = "t2m"
@@ -484,6 +496,29 @@ class SDARSettings(SamplingSettings):
                          code="4 in generate.py's command line; 8 as block_diffusion_generate's default")
 
 
+@dataclass(frozen=True)
+class FastV2Settings(SamplingSettings):
+    """Fast-dLLM v2's own decoding (its model card's ``generate`` and NVlabs/Fast-dLLM ``v2/``, docs/decoding.md
+    §11.5), on a Fast-dLLM v2 model only: a block's first token from the pass that stored the block before it, then
+    the block a sub-block at a time, each pass committing the sub-block's masked positions above ``threshold`` and
+    always its most confident one, with its sub-block cache inside the block."""
+    method = "fast-v2"
+    published_code: bool = setting(True, "start from Fast-dLLM v2's generate: the finished blocks' keys and values "
+                                   "kept (cache prefix) and the mask token's logit kept in the softmax of the "
+                                   "confidence (mask_in_softmax); settings given explicitly win",
+                                   label="as Fast-dLLM v2's generate")
+    threshold: float = setting(0.9, "commit every masked position of the sub-block whose confidence is above this; "
+                               "the most confident one is committed in any case", range=(0.0, 1.0), step=0.01,
+                               code=0.9)
+    sub_block: int = setting(8, "positions in a sub-block (its small_block_size): a block is decoded one sub-block "
+                             "at a time, left to right; must divide the model's block", range=(1, 4096), step=1)
+    block_cache: bool = setting(True, "its sub-block cache (use_block_cache): a pass over the whole block keeps the "
+                                "block's keys and values, and while a sub-block's first position is written each pass "
+                                "computes that sub-block only, overwriting its own entries and reading the rest as "
+                                "kept (approximate, as its generate); off: every pass computes the whole block "
+                                "(exact)", label="sub-block cache")
+
+
 def _authors_code() -> dict:
     """The DiCo settings with which the project decodes as the authors' release does (docs/decoding.md §6.6, "Where
     the authors' code does otherwise"): every ``code=`` value recorded in DiCoSettings, so the preset cannot drift from
@@ -501,20 +536,24 @@ DiCoSettings.presets = {"authors_code": AUTHORS_CODE}
 DiCoSettings.from_dict(AUTHORS_CODE)        # every recorded code value is a value the setting accepts
 
 KLASSSettings.presets = {"gsm8k_script": {"confidence": 0.6, "kl": 0.015}}
-LLaDA21Settings.presets = {"speed_mode": {"threshold": 0.5, "edit_threshold": 0.0}}
+EditingSettings.presets = {"speed_mode": {"threshold": 0.5, "edit_threshold": 0.0}}
+LLaDA21Settings.presets = {**EditingSettings.presets,                  # docs/decoding.md §11.6
+                           "model_card": {"threshold": 0.95, "edit_threshold": 0.9, "mask_in_softmax": True}}
 SaberSettings.presets = {"published_code": {"mask_in_softmax": True}}     # on by default (docs/decoding.md §7.4)
+FastV2Settings.presets = {"published_code": {"mask_in_softmax": True, "cache": "prefix"}}  # docs/decoding.md §11.5
 
 SETTINGS = {cls.method: cls for cls in (VanillaSettings, TopKSettings, FastSettings, FastFactorSettings, DiCoSettings,
                                         EBSettings, KLASSSettings, WINOSettings, SaberSettings, LLaDA21Settings,
                                         T2MSettings, HierarchySettings, CreditSettings, PCSamplerSettings,
-                                        ProphetSettings, ReMDMSettings, SDARSettings)}
+                                        ProphetSettings, ReMDMSettings, SDARSettings, FastV2Settings)}
 METHODS = tuple(SETTINGS)
 METHOD_LABELS = {"vanilla": "Vanilla", "topk": "Top-k per step", "fast": "Fast-dLLM",
                  "fast-factor": "Fast-dLLM (factor)",
                  "dico": "DiCo", "eb": "EB-Sampler", "klass": "KLASS", "wino": "WINO", "saber": "Saber",
                  "llada21": "LLaDA 2.1", "t2m": "Token-to-mask", "hierarchy": "dInfer hierarchy",
                  "credit": "dInfer credit", "pc-sampler": "PC-Sampler",
-                 "prophet": "Prophet", "remdm": "ReMDM", "sdar": "SDAR"}
+                 "prophet": "Prophet", "remdm": "ReMDM", "sdar": "SDAR",
+                 "fast-v2": "Fast-dLLM v2"}
 # Method ids are spelled with hyphens, as modes are; an id's old spelling still names it wherever a user or a file
 # does (a trace, the page's and the API's lanes, the command lines, a bench's result rows), through ``method_id``.
 METHOD_ALIASES = {"pc_sampler": "pc-sampler"}

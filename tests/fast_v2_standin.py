@@ -23,7 +23,6 @@ doubled sequence under a flex-attention mask, the complementary masks) is left o
   ``dico.block.release_imports``.
 """
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +42,7 @@ def compiled_flex_attention(q, k, v, mask=None):      # the release's training p
 
 @dataclass
 class FastV2Output(CausalLMOutputWithPast):
-    block_past_key_values: Optional[Cache] = None
+    block_past_key_values: Cache | None = None
 
 
 class FastV2StandinConfig(PretrainedConfig):

@@ -14,10 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers.cache_utils import DynamicCache
 
 import dico
-from accelerator import accelerator
 from dico.block import BlockStore, release_imports
 from dico.models import ModelError
 from standins import CHAT_TEMPLATE, REMOTE_WORDS
@@ -25,14 +23,16 @@ from tolerances import assert_reordered_close
 
 BLOCK, SUB = 8, 4
 STANDIN = Path(__file__).with_name("fast_v2_standin.py")
-PROMPTS = {"short": "w1", "aligned": "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10", "unaligned": "w1 w2 w3 w4 w5 w6 w7"}
-# chat-formatted: 5 prompt tokens (inside the first block), 16 (two whole blocks), 13 (one block and 5)
+PROMPTS = {"short": "w1", "aligned": "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11", "unaligned": "w1 w2 w3 w4 w5 w6 w7"}
+# chat-formatted: 6 prompt tokens (inside the first block), 16 (two whole blocks: the first token is an AR step of the
+# prefill pass), 12 (one block and 4)
 
 
 def fast_v2_model_folder(path: Path, seed: int = 0, **config) -> Path:
     """A Fast-dLLM v2-shaped model folder: ``tests/fast_v2_standin.py`` as its ``modeling.py``, a config whose
     ``model_type`` and architecture are the release's, and a word-level tokenizer whose mask token is only one of its
-    special tokens (``|<MASK>|``), with ``<|im_end|>`` as its end of text."""
+    special tokens (``|<MASK>|``), with ``<|im_end|>`` as its end of text. Its random weights give the mask token the
+    logit 0, below the top ones: a trained model never predicts it, and its generate would write it back."""
     import importlib.util
 
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -52,6 +52,8 @@ def fast_v2_model_folder(path: Path, seed: int = 0, **config) -> Path:
     tokenizer.save_pretrained(path)
     torch.manual_seed(seed)
     model = code.FastV2StandinForCausalLM(code.FastV2StandinConfig(**(dict(vocab_size=len(words)) | config)))
+    with torch.no_grad():                  # as a trained model, it does not predict the mask token (logit 0)
+        model.lm_head.weight[words.index("|<MASK>|")] = 0.0
     model.save_pretrained(path, safe_serialization=True)
     shutil.copy(STANDIN, path / "modeling.py")
     saved = json.loads((path / "config.json").read_text())
@@ -140,3 +142,105 @@ def test_a_padded_batch_is_refused_with_one_line(v2):
         generate_batch(v2, [PROMPTS["short"], PROMPTS["unaligned"]], "fast", mode="semi-ar", block_length=BLOCK,
                        gen_length=8, batch_size=2)
     assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------- fast-v2: its generate
+
+def shifted(logits):
+    """The generate's shift inside a call: position j reads the call's logits at j - 1, the first its own."""
+    return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+
+
+def fast_v2_reference(model, prompt_ids, mask_id, total, block, sub, threshold, use_block_cache):
+    """Fast-dLLM v2's generate with batch 1, temperature 0 and no stop token, written for these tests from the
+    published procedure (the model card's modeling.py ``generate``; NVlabs/Fast-dLLM v2/), with the block cache made
+    anew at each block as v2/'s batch decoding does. It stops where the project's response ends (``total``
+    positions), before the storing pass of the last block. Returns the ids and, per pass that decodes, the absolute
+    positions and tokens it writes and whether it was a sub-block pass (keys and values read from the block cache).
+    Asserts that no pass would write the mask token (the generate would, and the position would stay masked)."""
+    x = torch.tensor([prompt_ids])
+    passes, past = [], None
+    if x.shape[1] >= block:                    # the prompt's whole blocks, stored; an aligned prompt's next token
+        out = model(input_ids=x[:, :x.shape[1] // block * block], use_cache=True, update_past_key_values=True,
+                    block_size=block)
+        past = out.past_key_values
+        if x.shape[1] % block == 0:
+            token = out.logits[:, -1:].argmax(-1)
+            passes.append(([x.shape[1]], token[0].tolist(), False))
+            x = torch.cat([x, token], dim=1)
+    while True:
+        x = torch.cat([x, torch.full((1, block - x.shape[1] % block), mask_id)], dim=1)
+        kept = None
+        while True:
+            if not (x[:, -block:] == mask_id).any():
+                if x.shape[1] >= total:
+                    return x[0].tolist(), passes
+                out = model(input_ids=x[:, -block:], use_cache=True, past_key_values=past,
+                            update_past_key_values=True, block_size=block)
+                past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+                assert int(token) != mask_id
+                passes.append(([x.shape[1]], token[0].tolist(), False))
+                x = torch.cat([x, token], dim=1)
+                break
+            for lo in range(0, block, sub):
+                hi = lo + sub
+                while True:
+                    masked = x[:, -block:] == mask_id
+                    if not masked[:, lo:hi].any():
+                        break
+                    from_kept = use_block_cache and kept is not None and x[0, x.shape[1] - block + lo] != mask_id
+                    if from_kept:
+                        part = x[:, x.shape[1] - block + lo:x.shape[1] - block + hi]
+                        logits = shifted(model(input_ids=part, use_cache=True, past_key_values=past,
+                                               update_past_key_values=False, use_block_cache=True,
+                                               block_past_key_values=kept, replace_position=lo).logits)
+                    else:
+                        out = model(input_ids=x[:, -block:], use_cache=True, past_key_values=past,
+                                    update_past_key_values=False, use_block_cache=use_block_cache)
+                        kept = out.block_past_key_values if use_block_cache else None
+                        logits = shifted(out.logits)[:, lo:hi]
+                    probs = F.softmax(logits, dim=-1)
+                    token = probs.argmax(-1)
+                    chance = torch.where(masked[:, lo:hi], probs.gather(-1, token[..., None])[..., 0], -torch.inf)
+                    pick = chance > threshold
+                    pick[0, chance[0].argmax()] = True
+                    pick &= masked[:, lo:hi]
+                    assert not (token[pick] == mask_id).any(), "a pass would write the mask token"
+                    where = torch.nonzero(pick[0]).flatten()
+                    base = x.shape[1] - block + lo
+                    x[0, base + where] = token[0, where]
+                    passes.append(((base + where).tolist(), token[0, where].tolist(), from_kept))
+
+
+CASES = [(prompt, 16, 0.3, True) for prompt in PROMPTS] + [("unaligned", 24, 0.15, True),
+                                                         ("unaligned", 16, 0.3, False)]
+
+
+@pytest.mark.parametrize("prompt, gen_length, threshold, block_cache", CASES)
+def test_a_fast_v2_decode_is_its_generate_pass_for_pass(v2, prompt, gen_length, threshold, block_cache):
+    """Its caches as its generate keeps them (cache prefix; the sub-block cache on or off): the same tokens at the
+    same positions in every pass, AR steps included. Threshold 0.3 and 0.15 so that some passes commit more than
+    their most probable position (random weights give probabilities of 0.05 to 0.6)."""
+    trace = dico.generate(v2, PROMPTS[prompt], "fast-v2", mode="semi-ar", gen_length=gen_length,
+                          block_length=BLOCK, sub_block=SUB, threshold=threshold, block_cache=block_cache)
+    m = trace.prompt_length
+    ids, passes = fast_v2_reference(v2.model, v2.encode_prompt(PROMPTS[prompt]), v2.mask_id, m + trace.gen_length,
+                                    BLOCK, SUB, threshold, block_cache)
+    assert [([m + p for p in s.committed], s.tokens) for s in trace.steps] == [(p, t) for p, t, _ in passes]
+    assert ids[m:] == trace.response
+    assert any(len(p) > 1 for p, _, _ in passes)                 # the threshold's branch was taken
+    assert any(kept for _, _, kept in passes) == block_cache     # and, with it on, the sub-block cache's
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_without_the_sub_block_cache_its_caches_are_exact(v2, prompt):
+    """The finished blocks kept and every pass over the whole block: the same decode as with no cache at all (the
+    AR steps read the whole-sequence pass at the position before), with fewer positions computed; the sub-block cache
+    changes the logits (it reads stale keys and values) and computes fewer still."""
+    runs = {name: dico.generate(v2, PROMPTS[prompt], "fast-v2", mode="semi-ar", gen_length=24, block_length=BLOCK,
+                                sub_block=SUB, threshold=0.15, **options)
+            for name, options in [("none", dict(cache="none", block_cache=False)),
+                                  ("prefix", dict(block_cache=False)), ("sub", {})]}
+    assert [(s.committed, s.tokens) for s in runs["prefix"].steps] == [(s.committed, s.tokens)
+                                                                       for s in runs["none"].steps]
+    assert runs["sub"].token_forwards < runs["prefix"].token_forwards < runs["none"].token_forwards
