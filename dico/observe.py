@@ -326,7 +326,7 @@ def layer_maps(predictor, trace: Trace) -> ByLayer:
 
 def layer_locality(predictor, trace: Trace, w: int = WITHIN, among: set[int] | None = None,
                    maps: ByLayer | None = None) -> ByLayer:
-    """Observation II through the attention lens, layer by layer (issue 52, item 3): {stage: [``Locality`` or None,
+    """Observation II through the attention lens, layer by layer: {stage: [``Locality`` or None,
     one a layer]}, as ``attention_locality`` measures the layers' mean (``layer_maps``: one pass a step; ``maps``:
     those already measured, so that two lenses cost one replay)."""
     maps = layer_maps(predictor, trace) if maps is None else maps

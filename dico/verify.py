@@ -1,4 +1,4 @@
-"""WINO's verification view (issue 46, item 1): one forward pass over the sequence and a mirrored copy of a block
+"""WINO's verification view: one forward pass over the sequence and a mirrored copy of a block
 in which every copy is blind to the token it mirrors.
 
     out = verify_forward(predictor, ids, (s, e))           # ids (b, l) on the CPU; the block in sequence offsets

@@ -1,4 +1,4 @@
-"""The fork panel (issue 47): step into a run on screen at any step, force a position to a token or take a token
+"""The fork panel: step into a run on screen at any step, force a position to a token or take a token
 back, and watch the fork decode live as a new lane beside the original.
 
     show_candidates(run_index, k, position, traces)   -> the model's top tokens there in step k's pass

@@ -1,4 +1,4 @@
-"""How closely ``credit`` follows dInfer's published credit decoder (issue 54), on the embedded model.
+"""How closely ``credit`` follows dInfer's published credit decoder, on the embedded model.
 
     PYTHONPATH=<folder> python tests/fidelity_credit.py --items 10
     # writes assets/bench/fidelity_credit.{json,md}

@@ -1,4 +1,4 @@
-"""How closely ``llada21`` follows LLaDA 2.1's published joint-threshold algorithm (issue 54), on the embedded model.
+"""How closely ``llada21`` follows LLaDA 2.1's published joint-threshold algorithm, on the embedded model.
 
     PYTHONPATH=/tmp/published python tests/fidelity_llada21.py --items 5
     # writes assets/bench/fidelity_llada21.{json,md}

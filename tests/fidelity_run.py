@@ -1,4 +1,4 @@
-"""How closely EB-Sampler, KLASS, WINO and Saber follow their published code (issue 46, item 4), on the embedded model.
+"""How closely EB-Sampler, KLASS, WINO and Saber follow their published code, on the embedded model.
 
     PYTHONPATH=/tmp/published:/tmp/published/dicorel python tests/fidelity_run.py --published /tmp/published --items 10
     # writes assets/bench/fidelity.{json,md}; the published modules are imported from PYTHONPATH, as published

@@ -355,7 +355,7 @@ def test_replay_the_race_walks_the_same_frames(app_module):
 
 
 def test_an_error_leaves_the_example_run_replayable_and_says_so_in_plain_words(app_module, tmp_path):
-    """Issue 45: a bad value or a garbage upload is said in the status and one toast; nothing else changes (the
+    """A bad value or a garbage upload is said in the status and one toast; nothing else changes (the
     example run stays, Replay the race still replays it), and Replay's own errors do not raise either."""
     opened = h.first_impression()
     garbage = tmp_path / "garbage.json"
@@ -409,7 +409,7 @@ def test_a_hub_model_that_cannot_load_leaves_the_embedded_model_working(app_modu
 
 
 def test_dico_settings_are_named_only_by_the_library():
-    """Issue 12: the app layer generates its controls from specs; no DiCo setting name is written in it."""
+    """The app layer generates its controls from specs; no DiCo setting name is written in it."""
     shared = {s.name for group, s in CONTROLS if group == SHARED}
     names = {s.name for s in specs(SETTINGS["dico"])} - shared
     files = [ROOT / "app.py", *sorted((ROOT / "dico_ui").glob("*.py"))]
@@ -429,7 +429,7 @@ def test_the_kv_cache_is_a_shared_control_reaching_every_method(app_module, pred
     assert "setting cache: must be one of none, prefix, dual, delayed" in refusal(run(settings=values))
 
 
-# ---------------------------------------------------------------------------- lanes (issue 26)
+# ---------------------------------------------------------------------------- lanes
 
 def rows_of(*lanes):
     """The lane rows' values as the page sends them: the count, then method, knob, label per row."""

@@ -142,7 +142,7 @@ def test_users_at_once_each_get_their_own_race(app_url, app_module, predictor):
         assert list(pool.map(one, prompts)) == prompts
 
 
-# ============================================================================ staying up (issue 28)
+# ============================================================================ staying up
 
 def test_a_full_line_is_told_busy_at_once_in_the_apps_words(client, app_module, predictor, monkeypatch):
     import time
@@ -200,7 +200,7 @@ def test_a_client_that_leaves_stops_its_decode_and_its_state_is_freed(app_url, a
 
 def test_gradios_per_session_tables_stay_within_the_session_cap(app_url, app_module, predictor, wait_until,
                                                                  monkeypatch):
-    """Issue 45: past ``state_session_capacity`` gradio 5.50 dropped a session's state but kept an entry per
+    """Past ``state_session_capacity`` gradio 5.50 dropped a session's state but kept an entry per
     session in the tables beside it (finished events with their requests, message queues, last-use times), so
     memory grew with every new visitor; and four tables gained an entry per event (the queue's record of it, its
     finished task, the server's generator slot and reset set). Each run now trims them to the sessions whose state

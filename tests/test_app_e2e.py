@@ -146,7 +146,7 @@ def test_bad_values_get_a_clear_message_and_an_outside_prompt_a_notice(watched_p
     expect(page.locator(".toast-body").first).to_contain_text("must be", timeout=LONG)
     expect(page.locator("#status")).to_contain_text("Cannot run", timeout=LONG)
     page.screenshot(path=str(artifacts / "bad-value.png"))
-    expect(page.locator("#answers .lane")).to_have_count(DEFAULT_LANES)   # a refused run keeps the example (issue 45)
+    expect(page.locator("#answers .lane")).to_have_count(DEFAULT_LANES)   # a refused run keeps the example
     expect(page.locator(COMPONENT_ERROR)).to_have_count(0)
     box.fill("0")
     page.locator("#prompt textarea").fill("What is the capital of France?")
@@ -210,7 +210,7 @@ def test_a_second_lane_of_one_method_with_another_setting_races_under_its_label(
     expect(page.locator("#lane-1-knob input")).to_have_value("2")
 
 
-# ---------------------------------------------------------------------------- issue 45: the page a visitor meets
+# ---------------------------------------------------------------------------- the page a visitor meets
 
 PROJECTOR, PHONE = (1400, 900), (390, 844)
 COMPONENT_ERROR = ".block .error"          # gradio's red "Error" pill on an output (toasts are outside blocks)

@@ -1,4 +1,4 @@
-"""The fork panel (issue 47, in the app): candidates at a step, Force and Take back as a new lane decoding beside
+"""The fork panel in the app: candidates at a step, Force and Take back as a new lane decoding beside
 the original, the API's /fork, the limits a fork shares with lanes, bad input in one message naming its field, and
 the shipped fork of the lesson's example. Called as the page calls them, without a server; small gen lengths."""
 import json

@@ -1,4 +1,4 @@
-"""AUP, accuracy under parallelism (d3LLM's leaderboard metric), for every row of Table 1 (issue 52, item 5)."""
+"""AUP, accuracy under parallelism (d3LLM's leaderboard metric), for every row of Table 1."""
 import math
 
 import pytest

@@ -1,4 +1,4 @@
-"""KV caches (issue 27): exact where they must be, counted, and refreshed as the settings say.
+"""KV caches: exact where they must be, counted, and refreshed as the settings say.
 
 With ``cache_refresh=1`` every pass is a full refresh, so every method decodes exactly as without a cache: this
 checks the cached forward (the project's own pass over BERT's modules) against transformers' own. Between

@@ -151,7 +151,7 @@ def test_the_card_reads_worked_answers_in_the_wording_the_model_was_trained_in(t
 
 
 def test_the_editing_probe_finds_an_oracle_repairing_every_replaced_token_and_keeping_the_rest(tokenizer):
-    """The probe of issue 53: a model that predicts every position's true token repairs each replaced token and
+    """The editing probe: a model that predicts every position's true token repairs each replaced token and
     keeps each untouched one; one that copies its input keeps everything and repairs nothing."""
     item = tasks.make_split("chain")[0]
     gen = card.gen_for("chain")

@@ -1,4 +1,4 @@
-"""Issue 66, item 3: the decode order, a per-lane map of the step at which each position was last written (take-backs
+"""The decode order, a per-lane map of the step at which each position was last written (take-backs
 and edits shown), in the trace's JSON and as a figure. Derived from the steps, so an older file loads with it."""
 import json
 from pathlib import Path

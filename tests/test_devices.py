@@ -1,7 +1,7 @@
 """Decoding where the model runs on an accelerator, seen without one: ``tests/accelerator.py`` emulates
 ``cuda:0`` on the CPU with CUDA's refusals (no mixing with CPU tensors, no ``.numpy()``). Every method, mode
 and attention capture must decode to exactly what the CPU decodes, with one small transfer to the host per
-step (docs/decoding.md §2.1; issue 13).
+step (docs/decoding.md §2.1).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The editing example (issue 54, item 4): LLaDA 2.1 replacing a written token mid-decode, chosen by measurement
+"""The editing example: LLaDA 2.1 replacing a written token mid-decode, chosen by measurement
 (``python -m dico_ui.examples --edit``: its edits repair the answer, the same rule without edits is wrong), shipped as
 a bundle the fork panel opens without a model, the step view on the replacement and the status saying what it was."""
 import json

@@ -32,9 +32,9 @@ def test_answers_a_fixed_held_out_word_problem_with_vanilla(predictor, logit_noi
     assert tasks.check(item, trace.text), (item, trace.text)
 
 
-# Issue 16's three prompts, with every method in both modes: right answer, name and object copied (the shipped
-# model's card: 30 of 30, its card.json's issue_prompts; checked below). A model that misses some lists them here as
-# strict expected failures.
+# Three prompts as a new user typed them, with every method in both modes: right answer, name and object copied (the
+# shipped model's card: 30 of 30, its card.json's issue_prompts; checked below). A model that misses some lists them
+# here as strict expected failures.
 MISSES: set = set()
 
 
@@ -44,7 +44,7 @@ MISSES: set = set()
 @pytest.mark.parametrize("method", ("vanilla", "topk", "fast", "fast-factor", "dico"))   # the card's runs
 def test_issue_16_prompts_decode_right_with_the_name_and_object_copied(predictor, item, mode, method, request):
     if (item.prompt.split()[0], mode, method) in MISSES:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="issue 16 target not met by the shipped model"))
+        request.applymarker(pytest.mark.xfail(strict=True, reason="a new user's prompt the shipped model misses"))
     trace = dico.generate(predictor, item.prompt, method, mode=mode, gen_length=96,
                           block_length=32 if mode == "semi-ar" else None)
     assert tasks.check(item, trace.text) and all(e in trace.text for e in item.entities), trace.text
@@ -52,7 +52,7 @@ def test_issue_16_prompts_decode_right_with_the_name_and_object_copied(predictor
 
 
 def test_the_cards_issue_16_count_is_every_prompt_method_and_mode():
-    """The card quotes issue 16's runs from card.json; they are one per prompt, method and mode, as tested above."""
+    """The card quotes these prompts' runs from card.json; they are one per prompt, method and mode, as tested above."""
     import json
     runs = json.loads((EMBEDDED / "card.json").read_text())["issue_prompts"]
     methods = {r["method"] for r in runs["runs_detail"]}         # the methods there were when the card was measured

@@ -1,4 +1,4 @@
-"""EB-Sampler, KLASS, WINO and Saber decode as their published algorithms do (issue 46, item 4; docs/decoding.md §7).
+"""EB-Sampler, KLASS, WINO and Saber decode as their published algorithms do (docs/decoding.md §7).
 
 On the embedded model, greedy, gen 96 in non-AR and semi-AR (blocks of 32), ``dico.generate(..., method)`` commits,
 with the same tokens, and takes back, at every step, what the plain-loop references of ``tests/reference_decoders.py``

@@ -1,4 +1,4 @@
-"""The speed-accuracy frontier (issue 26): each method's main knob swept per family and mode, rows that carry their
+"""The speed-accuracy frontier: each method's main knob swept per family and mode, rows that carry their
 line, knob and value beside Table 1's fields, a figure drawn from the rows alone, and clear refusals."""
 import json
 from pathlib import Path

@@ -15,7 +15,7 @@ import dico
 from near_ties import TOLERANCE, first_difference
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "decodes.json").read_text())
-# DiCo with the authors' code preset (issue 29), recorded alike; each case carries the settings it was given.
+# DiCo with the authors' code preset, recorded alike; each case carries the settings it was given.
 AUTHORS_CODE = json.loads((Path(__file__).parent / "golden" / "authors_code.json").read_text())
 
 

@@ -1,4 +1,4 @@
-"""Right or wrong for any prompt the app can judge (issue 45 item 3): the task item read back from the prompt, the
+"""Right or wrong for any prompt the app can judge: the task item read back from the prompt, the
 family's checker on every lane's answer, a wrong answer ranked as wrong (never "3rd"), and "not judged" where the
 app cannot read the prompt."""
 import json
@@ -67,7 +67,7 @@ def test_a_prompt_the_app_cannot_read_is_not_judged(prompt):
     assert item_for(prompt) is None and judge(prompt, "The answer is 8.") is None
 
 
-# Word problems as people write them (issue 51 item 8), none in the family's own wording, each with its answer, all
+# Word problems as people write them, none in the family's own wording, each with its answer, all
 # inside the model's scope: the judge must never give a wrong target, and may leave one unread ("Not judged"). In
 # three batches: written alongside the reader (it reads 60 of 61); written after it and read once, 19 of 36, before
 # the reader learnt "sends"/"lends"/"returns", bought for someone, "gives ... back", a verb left out ("gives 6 to

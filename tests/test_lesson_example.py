@@ -1,4 +1,4 @@
-"""The example the page opens on is chosen by measurement (issue 26): an item where one token a step, Fast-dLLM and
+"""The example the page opens on is chosen by measurement: an item where one token a step, Fast-dLLM and
 DiCo answer right and naive top-k breaks it, and the About text says which lanes were right by the item's checker."""
 import json
 

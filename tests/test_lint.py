@@ -1,6 +1,6 @@
-"""The linter as a test (issue 44): `ruff check .` with the rules written down in pyproject.toml ([tool.ruff]) finds
-nothing. Its function bounds (complexity, branches, statements) replace the old 400-lines-per-file gate: a file is as
-long as its one idea needs, a function stays small."""
+"""The linter as a test: `ruff check .` with the rules written down in pyproject.toml ([tool.ruff]) finds
+nothing. Its function bounds (complexity, branches, statements) keep a function small; a file is as long as its one
+idea needs."""
 import subprocess
 import sys
 from pathlib import Path

@@ -263,7 +263,7 @@ def _edited_trace(predictor):
 
 
 def test_a_steps_clash_covers_its_edits_as_the_chain_rule_written_out(monkeypatch):
-    """Issue 66, item 2: a step that commits one token and edits three is measured on all four. On the state before
+    """A step that commits one token and edits three is measured on all four. On the state before
     it (an edited position holds its old token), the marginals of the four written tokens summed, minus their joint
     by the chain rule written most confident first: a commit's confidence as the trace recorded it, an edit's the
     probability of its new token on that state (what the editing rule read); one pass a token."""

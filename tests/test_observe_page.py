@@ -1,4 +1,4 @@
-"""The measurements of dico.observe on the page (issue 52, item 6): the race marks a step whose clash is above
+"""The measurements of dico.observe on the page: the race marks a step whose clash is above
 ``CLASH_MARK``, the step view says a step's clash and maps its dependency on request, the Attention tab prints the
 locality of each stage, the Comparison tab each lane's total clash. Measuring is opt-in where it costs passes, and it
 never changes a decode."""
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "assets" / "ui" / "example_run.json"
 LIST = next(e["prompt"] for e in json.loads((ROOT / "assets" / "examples.json").read_text())["examples"]
             if e["family"] == "list")
-# The decoders issue 52 asks this of: one token a step, fixed parallel, thresholded, DiCo, waiting and revising.
+# A decoder of each kind: one token a step, fixed parallel, thresholded, DiCo, waiting and revising.
 DECODERS = ("vanilla", "topk", "fast", "fast-factor", "dico", "eb", "klass", "wino", "saber")
 
 
@@ -92,7 +92,7 @@ def test_the_page_marks_the_clash_it_measures_and_the_comparison_holds_each_lane
 
 
 def test_measuring_is_on_by_default_on_the_embedded_models_and_unticked_spends_no_pass(app_module, monkeypatch):
-    """Issue 66: the control is ticked and a request that does not say measures on the embedded models (a large
+    """The control is ticked and a request that does not say measures on the embedded models (a large
     model measures on demand); unticked, no pass beyond the decode, and the Comparison tab and the step view say "not
     measured"."""
     control = next(b for b in app_module.demo.blocks.values() if getattr(b, "elem_id", None) == "measure-clash")
@@ -348,7 +348,7 @@ def test_in_a_browser_the_measurements_show_beside_the_run(page, app_url, artifa
 
 
 def test_the_shipped_runs_carry_their_clash_and_the_page_opens_on_top4s(app_module):
-    """Issue 66: the example run, the fork example and the editing example carry each lane's clash (``python -m
+    """The example run, the fork example and the editing example carry each lane's clash (``python -m
     dico_ui.examples --clash``, measured as a page run is), so the page opens with Top-4's broken step marked in its
     lane, in the Comparison tab (total and worst step) and in the clash figure."""
     for name in ("example_run", "fork_example", "edit_example"):

@@ -1,4 +1,4 @@
-"""One way through the code (issue 51): no import circle, one preset rule at every entry, a rule's refusals before
+"""One way through the code: no import circle, one preset rule at every entry, a rule's refusals before
 anything runs, and one rule contract."""
 import ast
 import dataclasses

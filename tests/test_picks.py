@@ -1,4 +1,4 @@
-"""Pick and team (issue 26): answers with several valid forms whose tokens depend on each other."""
+"""Pick and team: answers with several valid forms whose tokens depend on each other."""
 import itertools
 import random
 
@@ -104,7 +104,7 @@ def test_training_can_mask_one_chosen_item_whole_with_the_others_visible(family)
 def test_a_model_not_trained_on_a_family_has_its_prompts_called_outside():
     """A model whose run did not mix pick and team in (no --mix: the step-51,075 model) learned word problems and
     lists: the app's banner calls a pick prompt outside its training instead of showing its guesses as answers.
-    The shipped model's run mixed the first four in; the chain family (issue 53) is a later stage's, so the shipped
+    The shipped model's run mixed the first four in; the chain family is a later stage's, so the shipped
     model calls a chain prompt outside its training."""
     from dico.models import train_log
 

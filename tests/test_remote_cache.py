@@ -1,4 +1,4 @@
-"""KV caches through LLaDA's and Dream's own modules (``dico.remote_cache``, issue 27).
+"""KV caches through LLaDA's and Dream's own modules (``dico.remote_cache``).
 
 The models are tiny stand-ins loaded through ``trust_remote_code`` whose code follows the published
 ``modeling_llada.py`` and ``modeling_dream.py`` (``tests/remote_standin.py``): the cached forward drives their

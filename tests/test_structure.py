@@ -1,6 +1,6 @@
-"""The shape of the tree that issue 12 asked for, kept by tests: the library stands alone, settings are
-declared once, and the entry point only wires (function size is the linter's: tests/test_lint.py); and issue 25's
-direction: the decoding library (dico/'s top level) imports neither the embedded model's making (dico/embedded/)
+"""The shape of the tree, kept by tests: the library stands alone, settings are declared once, and the entry point
+only wires (function size is the linter's: tests/test_lint.py); and the direction of imports: the decoding library
+(dico/'s top level) imports neither the embedded model's making (dico/embedded/)
 nor measuring (dico/bench/), the making does not import measuring, and figures never import torch."""
 import ast
 import re

@@ -1,4 +1,4 @@
-"""Issue 66, item 4: a race taken away, as an animated GIF sized for a slide and one self-contained HTML file that
+"""A race taken away, as an animated GIF sized for a slide and one self-contained HTML file that
 replays it offline, from the page, the CLI and the API. Bad input (an unknown lane, a trace without steps, a path that
 cannot be written) gets one line naming the field and writes nothing."""
 import io

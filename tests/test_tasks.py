@@ -178,7 +178,7 @@ def test_a_copy_drill_is_a_trained_shape():
 
 
 def test_training_also_gives_things_away_with_then_which_the_add_wording_starts_with():
-    """Issue 16's "Then she gives 3 shells to her brother" must be a subtraction the model has seen."""
+    """A new user's "Then she gives 3 shells to her brother" must be a subtraction the model has seen."""
     stream = tasks.train_stream(seed=7)
     words = [item for item in (next(stream) for _ in range(3000)) if item.family == "word"]
     away = [item for item in words if re.search(r"Then (he|she) gives \d+ \w+ to ", item.prompt)]
@@ -188,7 +188,7 @@ def test_training_also_gives_things_away_with_then_which_the_add_wording_starts_
         assert f"- {given} =" in item.answer
 
 
-# ----------------------------------------------------------------------------- the chain family (issue 53)
+# ----------------------------------------------------------------------------- the chain family
 
 @pytest.fixture(scope="module")
 def shipped_tokenizer():

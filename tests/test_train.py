@@ -299,7 +299,7 @@ def test_extra_masked_positions_count_once_not_one_over_t():
 
 
 def test_editing_rows_replace_only_written_response_tokens_and_score_every_written_position_of_those_rows():
-    """LLaDA 2.1's token-to-token objective (issue 53): masks, the prompt and rows not drawn stay as they are."""
+    """LLaDA 2.1's token-to-token objective: masks, the prompt and rows not drawn stay as they are."""
     import torch
 
     from dico.embedded.objective import Editing

@@ -1,4 +1,4 @@
-"""WINO's verification view (``dico.verify``; issue 46, item 1): the sequence and a mirrored block in one pass.
+"""WINO's verification view (``dico.verify``): the sequence and a mirrored block in one pass.
 
 The rule, from Feng-Hong/WINO-DLLM ``decoding_wino``: B = e - s extra slots, each the mask token, at the block's
 position ids; a real query sees every real key and no extra one; extra query j sees every real key except its

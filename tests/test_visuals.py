@@ -104,7 +104,7 @@ def test_the_golden_set_covers_what_the_figures_draw(golden):
     # test_a_revising_step_* draws their take-backs meanwhile
     assert {"vanilla", "topk", "fast", "dico"} <= {t.method for t in golden.values()} <= set(METHOD_LABELS)
     assert SEMI_AR and DICO and any(golden[n].attention for n in DICO)
-    assert all(padding_total(t) > 0 for t in golden.values())        # the lesson of issue 14 needs padding
+    assert all(padding_total(t) > 0 for t in golden.values())        # the figures show padding apart
 
 
 # ---------------------------------------------------------------------------------------- trajectory
@@ -318,7 +318,7 @@ def test_attention_keys_line_up_with_positions_and_empty_stages_say_so(golden, n
 
 
 def test_a_stage_no_step_ran_in_says_so(golden):
-    """Issue 14's empty middle panel: when one Conquer step takes a run from < 1/3 to >= 2/3 decoded, the middle
+    """An empty middle panel: when one Conquer step takes a run from < 1/3 to >= 2/3 decoded, the middle
     stage has no steps (the shipped model's DiCo non-AR golden run: Divide steps, then one Conquer step
     commits most of the response); a run with a step in every stage draws three panels."""
     empty, full = golden["word0-dico-non-ar"], golden["word0-dico-semi-ar"]
@@ -554,7 +554,8 @@ def overlap(a: dict, b: dict) -> bool:
 @pytest.mark.e2e
 def test_drawn_in_a_browser_the_clusters_line_up_with_the_trajectory_and_the_toolbar_clears_the_bar(
         page, artifacts, golden):
-    """The two defects issue 14 saw on screen, measured where plotly.js lays the figures out."""
+    """Clusters out of line with the trajectory, and the toolbar over the colour bar's title: measured where plotly.js
+    lays the figures out."""
     trace = golden["word0-dico-non-ar"]
     page.set_viewport_size({"width": 1000, "height": 800})
     frames = {}

@@ -17,7 +17,7 @@ from dico.trace import PHASES, Trace
 from visuals._titles import TOOLBAR_PX, int_ticks, subtitle, titled, wrap  # noqa: F401  (shared by every figure)
 
 # Okabe & Ito's colour-blind-safe palette (with its grey). Vermillion always means "committed in the answer";
-# end-of-text padding commits are hollow grey: most of the parallelism is padding (issue 14), and it must show.
+# end-of-text padding commits are hollow grey: most of the parallelism is padding, and it must show.
 OKABE_ITO = {"grey": "#999999", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
              "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "black": "#000000"}
 PHASE_COLORS = dict(zip(PHASES, (OKABE_ITO[c] for c in ("grey", "orange", "sky", "green", "purple", "yellow"))))
@@ -38,14 +38,14 @@ SHORTCUT_MARKER = dict(symbol="diamond", size=8, color=OKABE_ITO["green"], line=
 SHORTCUT_HOVER = "committed above the shortcut in Divide: position %{x}, step %{y}<extra></extra>"
 ANSWER_COLOR, PADDING_COLOR, BLOCK_COLOR = COMMIT_COLOR, "#7f7f7f", "#444444"
 REFRESH_COLOR = "#17becf"           # a pass that recomputed the whole KV cache
-# Where a fork and the run it was forked from part (``Trace.fork["at"]``, issue 47): a black dash-dot line, the one
+# Where a fork and the run it was forked from part (``Trace.fork["at"]``): a black dash-dot line, the one
 # dash pattern no other mark uses.
 FORK, FORK_LINE = "fork: the runs part here", dict(color=OKABE_ITO["black"], width=2, dash="dashdot")
 ANSWER_COMMIT, PADDING_COMMIT = "answer commit", "padding commit"
 CONFIDENCES = ("raw", "guided")
 # Viridis is perceptually uniform and readable with every common colour-vision deficiency. The bar stands at the
 # bottom right of the plot with its title on its side, away from plotly's toolbar, which Gradio stacks down the
-# top right corner (issue 14: the toolbar covered the bar's title).
+# top right corner (where it would cover the bar's title).
 COLORBAR = dict(title=dict(text="confidence", side="right"), len=0.55, y=0.0, yanchor="bottom", thickness=16, x=1.0,
                 xanchor="left")
 CONFIDENCE_AXIS = dict(colorscale="Viridis", cmin=0.0, cmax=1.0, colorbar=COLORBAR)

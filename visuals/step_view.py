@@ -1,7 +1,7 @@
 """The response after step k: laid out like text, coloured by confidence, with the scores step k decided on.
 
 ``step_view_figure`` is the replay slider's figure; ``stream_figure`` is the same picture without the profile,
-small enough to redraw at every step while a method decodes (issue 14, confidence-coloured streaming).
+small enough to redraw at every step while a method decodes (confidence-coloured streaming).
 """
 from __future__ import annotations
 

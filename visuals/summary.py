@@ -1,6 +1,6 @@
 """Figures that summarise runs over steps: phases and commits per step, and the comparison of methods.
 
-Both separate answer commits from end-of-text padding (issue 14): most of the parallelism on screen is padding,
+Both separate answer commits from end-of-text padding: most of the parallelism on screen is padding,
 and the step at which the answer is complete (``answer_nfe``) is the number that says which method is faster.
 """
 from __future__ import annotations

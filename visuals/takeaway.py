@@ -1,4 +1,4 @@
-"""Take a race away (issue 66, item 4): an animated GIF of the race, sized for a slide, and one self-contained HTML
+"""Take a race away: an animated GIF of the race, sized for a slide, and one self-contained HTML
 file that replays it and shows its figures with no server and no network (plotly's script inlined).
 
     python -m visuals.takeaway run.json --gif race.gif --html race.html [--lanes Vanilla,DiCo]

@@ -15,7 +15,7 @@ from dico.bench.runner import Subcommand, add_measure
 from dico.settings import ABLATIONS, MODES
 
 # Each ablation's families and modes: word problems, and pick and team whose answers several tokens decide together
-# (lists are right with every setting); seeds in both modes, since Divide's seeds break semi-AR teams (issue 26).
+# (lists are right with every setting); seeds in both modes, since Divide's seeds break semi-AR teams.
 ABLATION_FAMILIES = ("word", "pick", "team")
 ABLATION_SCOPE = {"tg": (ABLATION_FAMILIES, ("non-ar",)), "margin": (ABLATION_FAMILIES, MODES),
                   "seeds": (ABLATION_FAMILIES, MODES), "conquer": (ABLATION_FAMILIES, ("non-ar",)),

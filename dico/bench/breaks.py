@@ -1,4 +1,4 @@
-"""Which commits broke an answer (issue 26), ``python -m dico.bench breaks``: on items with several valid answers (pick
+"""Which commits broke an answer, ``python -m dico.bench breaks``: on items with several valid answers (pick
 and team), each method's wrong answers read from their traces.
 
     python -m dico.bench breaks --items 200 --jobs 2 --json assets/bench/breaks.json --markdown assets/bench/breaks.md
@@ -11,7 +11,7 @@ the other: the paper's failure of naive parallel decoding. When they were commit
 one saw the earlier and the model itself chose the mixture (what Vanilla's misses are). The table also counts the
 right answers in which a step committed two or more choice tokens at once: the parallelism a method got away with.
 
-With ``--cache KIND`` every lane is decoded again with that KV cache (issue 27), its row beside the lane's, and the
+With ``--cache KIND`` every lane is decoded again with that KV cache, its row beside the lane's, and the
 row counts the answers the cache broke (right without it, wrong with it) and mended. In the first semi-AR block a
 prefix cache keeps only the prompt's keys and values: what it breaks there, the prompt's staleness broke.
 """
@@ -41,7 +41,7 @@ CHOICE_FAMILIES = ("pick", "team")
 LANES = [("Vanilla", "vanilla", {}), ("Top-2 per step", "topk", {"k": 2}), ("Top-4 per step", "topk", {"k": 4}),
          ("Fast-dLLM", "fast", {}), ("DiCo", "dico", {}), ("EB-Sampler", "eb", {}), ("KLASS", "klass", {}),
          ("WINO", "wino", {}), ("Saber", "saber", {}),
-         # the decoders of 2026 (issue 54); ReMDM decodes non-AR only, as its code runs
+         # every other decoder; ReMDM decodes non-AR only, as its code runs
          *((METHOD_LABELS[m], m, {}) for m in ("llada21", "t2m", "hierarchy", "credit", "pc-sampler", "prophet",
                                                "remdm"))]
 DEFAULT_ITEMS = 40

@@ -1,4 +1,4 @@
-"""The KV cache benchmark (issue 27), ``python -m dico.bench cache``: each cache kind against no cache.
+"""The KV cache benchmark, ``python -m dico.bench cache``: each cache kind against no cache.
 
 Every case decodes each item without and with its cache, interleaved item by item in one process at batch 1
 (the order alternating), so the tokens/s ratio is measured on the same items under the same load.
@@ -19,7 +19,7 @@ from dico.lanes import default_label
 from dico.methods import RULES
 from dico.settings import METHODS, SEMI_AR, decodes_in
 
-# The cache benchmark (issue 27). Speed: Fast-dLLM's setting (gen 256, blocks of 32, dual cache) and the delayed
+# The cache benchmark. Speed: Fast-dLLM's setting (gen 256, blocks of 32, dual cache) and the delayed
 # cache in non-AR; accuracy: each cache kind in the mode it serves, on Table 1's items and lengths. A case is
 # (method, mode, gen_length, block_length, cache kinds, cache_refresh[, other cache settings]): its kinds share one
 # decode without a cache. Other settings (``cache_prompt`` off) come as a trailing dict, only when given, so the

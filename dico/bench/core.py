@@ -30,7 +30,7 @@ METHOD_ROWS = [(default_label(m), m, {}) for m in METHODS]     # every method at
 AUTHORS_ROW = ("DiCo (authors' code)", "dico", {"authors_code": True})
 TABLE = METHOD_ROWS + [AUTHORS_ROW]
 REFERENCE = TABLE[0]            # Vanilla, one token a step: every Table 1 part's reference
-# Not a decoder but the bound every decoder's passes are read against (issue 52, item 9; ``dico.observe.floor``): each
+# Not a decoder but the bound every decoder's passes are read against (``dico.observe.floor``): each
 # step commits the most confident masked positions while the step's clash stays within 0.1 nats.
 FLOOR = "floor"
 FLOOR_ROW = (f"Floor (each step's clash within {FLOOR_BOUND:g} nats)", FLOOR, {})

@@ -1,4 +1,4 @@
-"""The speed-accuracy frontier (issue 26), ``python -m dico.bench frontier``: each method's main knob turned, per task
+"""The speed-accuracy frontier, ``python -m dico.bench frontier``: each method's main knob turned, per task
 family and mode, and accuracy (95% interval) read against forward passes.
 
     python -m dico.bench frontier --jobs 2 --json assets/bench/frontier.json --markdown assets/bench/frontier.md
@@ -36,12 +36,12 @@ from dico.trace import FLOOR_BOUND
 TOPK = (1, 2, 4, 8, 16)
 THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
 FACTORS = (0.5, 1.0, 2.0, 4.0)
-# the published decoders' knobs (issue 46), each through its default (EB 0.1, KLASS 0.9, WINO 0.6, Saber 2)
+# the published decoders' knobs, each through its default (EB 0.1, KLASS 0.9, WINO 0.6, Saber 2)
 EB_GAMMAS = (0.01, 0.1, 0.5, 1.0, 2.0)
 KLASS_CONFIDENCES = (0.5, 0.7, 0.9, 0.95, 0.99)
 WINO_THRESHOLDS = (0.3, 0.5, 0.6, 0.8, 0.9)
 SABER_NS = (2, 4, 8, 16)              # from its default up
-# the decoders of 2026 (issue 54), each through its default: LLaDA 2.1's and token-to-mask's mask-to-token threshold
+# the other decoders, each through its default: LLaDA 2.1's and token-to-mask's mask-to-token threshold
 # (0.7, its quality mode; the edit threshold stays at 0.5), dInfer's thresholds (0.9), PC-Sampler's tokens a pass (1),
 # Prophet's three gaps scaled together (1: 7.5 / 5.0 / 2.5), ReMDM's tokens a pass (1; those that divide its
 # initial share of the answer)

@@ -1,4 +1,4 @@
-"""The paper's observations on the embedded model (issue 52), ``python -m dico.bench observe``: per family and mode,
+"""The paper's observations on the embedded model, ``python -m dico.bench observe``: per family and mode,
 on Vanilla's trajectories, Observation II (dependency among masked positions: near or far, much or little, by
 stage), Observation III (runs of moderate confidence and how soon they commit), the floor (a greedy bound on the
 steps the model needs without a clash, ``dico.observe.floor``) beside Vanilla's accuracy; and per method, how many wrong

@@ -1,4 +1,4 @@
-"""Taking one clashing token back (issue 47), ``python -m dico.bench takeback``: on the pick and team items a lane
+"""Taking one clashing token back, ``python -m dico.bench takeback``: on the pick and team items a lane
 answers wrong with clashing tokens committed by one step, does taking back ONE of them right after that step give
 a right answer?
 

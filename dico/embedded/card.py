@@ -19,7 +19,7 @@
 - Decoded (DiCo, non-AR, gen_length 96): accuracy by ``dico.embedded.tasks.check`` (word and list: the exact
   final answer; pick and team: any valid choice) and, for word and list, the stutter rate, the share of answers with
   a word or number repeated right after itself ("Adding 3 3") where the worked answer has none.
-- The three prompts of issue 16 decoded with every method in both modes.
+- Three prompts as a new user typed them (``ISSUE_PROMPTS``) decoded with every method in both modes.
 - Confidence profile at the first decoding step (everything masked), per region of the response:
   the first 8 answer positions, the rest of the answer (content), the 10 positions after the true
   end (the end-of-text boundary) and the far end-of-text tail: mean confidence and share above 0.95.
@@ -199,7 +199,7 @@ def first_step_profile(predictor, items, gen_length=GEN_LENGTH) -> dict:
             for name, v in regions.items() if v}
 
 
-# The three prompts of issue 16, as a new user typed them: each must decode right with every method in every mode
+# Three prompts as a new user typed them: each must decode right with every method in every mode
 # it decodes in (``issue_runs``).
 ISSUE_PROMPTS = [
     tasks.Item("word", "Tom has 5 apples. He buys 3 more. How many apples does Tom have now?", "", "8",
@@ -274,7 +274,7 @@ EDIT_SHARE = 0.1
 
 
 def editing(predictor, items, share: float = EDIT_SHARE, gen_length=GEN_LENGTH, seed: int = 0) -> dict:
-    """What LLaDA 2.1's token editing reads at written positions (issue 53): each held-out worked answer written out
+    """What LLaDA 2.1's token editing reads at written positions: each held-out worked answer written out
     whole (its end-of-text padding too) with ``share`` of its answer tokens replaced by random ordinary tokens, one
     pass. ``repaired``: the share of replaced positions whose top prediction is the original token; ``kept``: the
     share of untouched answer positions whose top prediction is the token already there; ``confident_wrong``: the

@@ -141,7 +141,7 @@ class Editing:
     token drawn uniformly from ``vocabulary`` (the ordinary tokens: no specials but end-of-text).
 
     Without it the model's prediction at a written position was never trained, and LLaDA 2.1's editing rule run on it
-    flips tokens back and forth every pass (issue 53); with it the model learns p(original | a possibly wrong token
+    flips tokens back and forth every pass; with it the model learns p(original | a possibly wrong token
     there) at every written position."""
 
     def __init__(self, share: float, rate: float, vocabulary):

@@ -1,4 +1,5 @@
-"""Task families whose answers have several valid forms with tokens that depend on each other (issue 26).
+"""Task families whose answers have several valid forms with tokens that depend on each other (committing
+several of them in one pass can break the answer).
 
 - ``pick``: "Pick three of these: cards, shells, coins and eggs." -> "I pick shells, eggs and cards." Any choice
   of distinct items, in any order, is right. Each answer slot alone is equally likely to be any item, so two

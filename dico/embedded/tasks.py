@@ -7,11 +7,11 @@ Two order-sensitive families, in the spirit of the paper's math and code tasks:
 - ``list``: apply one operation to every item of a list, one equation per item in order, then
   the new list (order matters: the answer is the whole list in order).
 - ``chain``: long word problems (4 to 8 changes: +, -, doubling, halving) told in the word family's wording, whose
-  worked answers are about 110 to 250 tokens (median 160), as long as LLaDA's GSM8K answers under gen 256 (issue
-  53; see ``_chain_item``).
+  worked answers are about 110 to 250 tokens (median 160), as long as LLaDA's GSM8K answers under gen 256 (see
+  ``_chain_item``).
 
-Two families whose answers have several valid forms with tokens that depend on each other (``dico.embedded.picks``,
-issue 26): ``pick`` (pick two or three of the things listed, any order) and ``team`` (choose a leader or a team of
+Two families whose answers have several valid forms with tokens that depend on each other (``dico.embedded.picks``):
+``pick`` (pick two or three of the things listed, any order) and ``team`` (choose a leader or a team of
 two by full name). ``NUMBER_FAMILIES`` are the first two: their answers are numbers, checked exactly.
 
 Wording varies on purpose (several phrasings for every sentence, optional openings and
@@ -56,7 +56,7 @@ _TEST_SEED = {"word": 9_001, "list": 9_002, "pick": 9_003, "team": 9_004, "chain
 # Names, objects and places come from word lists shipped in assets/wordlists (names: Faker's en_US first names;
 # objects and places: written for this project). A fixed fifth of each list (by a hash of the word) is held out:
 # never in training, used by half of the held-out word problems, so the card can measure copying of words the
-# model has never seen (issue 16). The words of the original 20-name, 14-object data stay in training.
+# model has never seen. The words of the original 20-name, 14-object data stay in training.
 WORDLISTS = Path(__file__).resolve().parents[2] / "assets" / "wordlists"
 
 
@@ -243,7 +243,7 @@ class _Telling:
                             f"{He} loses {b} of them{place()}.", f"Then {he} uses {b} {obj}{place()}.",
                             f"{He} sells {b} {obj}{place()}.", f"{He} eats {b}{place()}."
                             if obj in _EDIBLE else f"{He} breaks {b} {obj}{place()}."]
-                      # "Then she gives 3 shells to her brother" (issue 16) was read as the
+                      # "Then she gives 3 shells to her brother" would read as the
                       # addition "Then her brother gives ...": the training wording has both.
                       + ([f"Then {he} gives {b} {obj} to {other()}{place()}."] if self.train else []))
         worked = (self.step(f"{value} - {b} = {new}") if self.equal else

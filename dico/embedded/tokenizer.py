@@ -7,7 +7,7 @@ import re
 
 from dico.embedded.tasks import MAX_NUMBER
 
-# No unknown token (issue 16): byte-level BPE encodes any text, so a name never seen in training is copied piece by
+# No unknown token: byte-level BPE encodes any text, so a name never seen in training is copied piece by
 # piece.
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "<|eot|>"]
 

@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--edit-share", type=float, default=0.0,
                         help="share of rows that also train token-to-token editing (LLaDA 2.1): written response "
                              "tokens replaced by random ones, the loss on every written position of the row "
-                             "(dico.embedded.objective.Editing; 0: masked positions only, as before issue 53)")
+                             "(dico.embedded.objective.Editing; 0: masked positions only, the plain masked-diffusion "
+                             "loss)")
     parser.add_argument("--edit-rate", type=float, default=0.2,
                         help="an editing row replaces each written token with probability U(0, this)")
     parser.add_argument("--seed", type=int, default=0)
