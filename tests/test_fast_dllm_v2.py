@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import dico
+from accelerator import accelerator
 from dico.block import BlockStore, release_imports
 from dico.models import ModelError
 from standins import CHAT_TEMPLATE, REMOTE_WORDS
@@ -244,3 +245,68 @@ def test_without_the_sub_block_cache_its_caches_are_exact(v2, prompt):
     assert [(s.committed, s.tokens) for s in runs["prefix"].steps] == [(s.committed, s.tokens)
                                                                        for s in runs["none"].steps]
     assert runs["sub"].token_forwards < runs["prefix"].token_forwards < runs["none"].token_forwards
+
+
+# ------------------------------------------------------------------------------------------- other decoders, refusals
+
+BLOCKWISE = ["vanilla", "topk", "fast", "fast-factor", "dico", "eb", "klass", "llada21", "hierarchy", "credit", "sdar"]
+
+
+@pytest.mark.parametrize("method", BLOCKWISE)
+def test_every_blockwise_decoder_runs_on_it_and_its_exact_cache_changes_nothing(v2, method):
+    """Decoders that write only inside the window: the same tokens with the finished blocks kept (``BlockCache``
+    through its driver), fewer positions computed."""
+    plain = dico.generate(v2, PROMPTS["unaligned"], method, mode="semi-ar", gen_length=16, block_length=BLOCK)
+    cached = dico.generate(v2, PROMPTS["unaligned"], method, mode="semi-ar", gen_length=16, block_length=BLOCK,
+                           cache="prefix")
+    assert v2.mask_id not in plain.response
+    assert cached.response == plain.response and cached.nfe == plain.nfe
+    assert cached.token_forwards < plain.token_forwards
+
+
+@pytest.mark.parametrize("method, request_, field", [
+    ("fast-v2", {"mode": "non-ar"}, "mode"),
+    ("vanilla", {"mode": "non-ar"}, "mode"),
+    ("fast-v2", {"block_length": 16}, "block_length"),
+    ("fast-v2", {"sub_block": 3}, "sub_block"),
+    ("fast-v2", {"cache": "none"}, "block_cache"),
+    ("fast-v2", {"cache": "dual", "block_cache": False}, "cache"),
+    ("fast-v2", {"cfg_scale": 1.0}, "cfg_scale"),
+])
+def test_what_it_cannot_do_is_refused_before_any_pass_with_one_line(v2, method, request_, field):
+    calls = []
+    hook = v2.model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(ValueError, match=f"^{field}: ") as err:
+            dico.generate(v2, PROMPTS["short"], method, **({"mode": "semi-ar", "block_length": BLOCK,
+                                                             "gen_length": 8} | request_))
+    finally:
+        hook.remove()
+    assert not calls and "\n" not in str(err.value)
+
+
+def test_on_a_model_without_blocks_fast_v2_is_the_sub_block_threshold_alone():
+    """No AR step and no release code: sub-blocks from the window's start, each pass committing inside the first
+    one with masks."""
+    from standins import scripted
+    trace = dico.generate(scripted(lambda step, r: [0.5] * r.numel(), 8), "w20 w21", "fast-v2", mode="semi-ar",
+                          gen_length=8, block_length=8, sub_block=4, cache="none", block_cache=False)
+    assert [s.committed for s in trace.steps] == [[0], [1], [2], [3], [4], [5], [6], [7]]
+
+
+RUNS = [("fast-v2", {}), ("fast-v2", {"block_cache": False, "cache": "none"}), ("fast", {"cache": "prefix"})]
+
+
+def test_it_decodes_on_the_accelerator_as_on_the_cpu(v2, folder):
+    """Its two caches and its AR steps where the model runs (the project's accelerator emulation)."""
+    options = dict(mode="semi-ar", gen_length=16, block_length=BLOCK, sub_block=SUB, threshold=0.3)
+    with accelerator():
+        gpu = dico.load_model(folder, trust_remote_code=True, device="cuda", dtype="float32")
+        on_gpu = [dico.generate(gpu, PROMPTS["aligned"], m, **(options | o if m == "fast-v2" else
+                                                              {"mode": "semi-ar", "gen_length": 16,
+                                                               "block_length": BLOCK} | o)) for m, o in RUNS]
+    on_cpu = [dico.generate(v2, PROMPTS["aligned"], m, **(options | o if m == "fast-v2" else
+                                                         {"mode": "semi-ar", "gen_length": 16,
+                                                          "block_length": BLOCK} | o)) for m, o in RUNS]
+    assert [t.response for t in on_gpu] == [t.response for t in on_cpu]
+    assert all(t.device == "cuda" for t in on_gpu)
