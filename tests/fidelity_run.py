@@ -271,7 +271,7 @@ def summary(rows: list[dict]) -> list[dict]:
 
 
 def markdown(table: list[dict], command: str, items: int) -> str:
-    lines = ["# Fidelity to the published code (issue 46, item 4)", "",
+    lines = ["# Fidelity to the published code", "",
              f"Embedded model, greedy, gen {GEN_LENGTH} (semi-AR blocks of {BLOCK_LENGTH}), {items} held-out items of "
              f"each of the {len(tasks.FAMILIES)} families. Steps identical / steps compared; runs identical "
              "(every step, the pass count, the response) / runs.", "", f"Command: `{command}`", "",
