@@ -50,7 +50,8 @@ class LLaDA2MoeConfig(PretrainedConfig):
                  max_position_embeddings=256, rope_theta=600000.0, rope_scaling=None, pad_token_id=None,
                  num_experts=4, num_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1,
                  routed_scaling_factor=2.5, moe_intermediate_size=16, first_k_dense_replace=1,
-                 partial_rotary_factor=0.5, attention_dropout=0.0, output_router_logits=False, **kwargs):
+                 partial_rotary_factor=0.5, attention_dropout=0.0, output_router_logits=False, use_cache=True,
+                 **kwargs):
         self.vocab_size, self.hidden_size, self.intermediate_size = vocab_size, hidden_size, intermediate_size
         self.num_hidden_layers, self.num_attention_heads = num_hidden_layers, num_attention_heads
         self.num_key_value_heads, self.head_dim, self.hidden_act = num_key_value_heads, head_dim, hidden_act
@@ -63,7 +64,7 @@ class LLaDA2MoeConfig(PretrainedConfig):
         self.n_group, self.topk_group, self.routed_scaling_factor = n_group, topk_group, routed_scaling_factor
         self.moe_intermediate_size, self.first_k_dense_replace = moe_intermediate_size, first_k_dense_replace
         self.partial_rotary_factor, self.attention_dropout = partial_rotary_factor, attention_dropout
-        self.output_router_logits = output_router_logits
+        self.output_router_logits, self.use_cache = output_router_logits, use_cache
         kwargs["tie_word_embeddings"] = False
         super().__init__(pad_token_id=pad_token_id, **kwargs)
 

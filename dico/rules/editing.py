@@ -32,7 +32,9 @@ def filled(s: Scores, threshold: float) -> list[int]:
 class JointThreshold(Rule):
     """LLaDA 2.1 (``llada21``): mask-to-token and token-to-token in one pass. Once the window has no mask, up to
     ``max_post_edit_steps`` more passes may still edit it; the pass after them, or a pass that would write nothing,
-    ends the window without a write (SGLang spends that pass too, so it is a step of the trace)."""
+    ends the window without a write (SGLang spends that pass too, so it is a step of the trace). With ``model_card``
+    the window ends with its last post-edit pass, as LLaDA 2.1's own generate checks its count before a pass
+    (docs/decoding.md §11.6)."""
     settings: LLaDA21Settings = field(default_factory=LLaDA21Settings)
     leans = {"commit": {"conf": 1}, "edit": {"conf": 1}}
 
@@ -54,5 +56,8 @@ class JointThreshold(Rule):
                 return Choice([], "edit")
         edit = torch.nonzero(doubted(s, self.settings.edit_threshold)).flatten().tolist()
         if not commit and not edit:
+            self.finished = True
+        full = int(s.candidates().sum()) == len(commit)                  # no mask left after this pass
+        if self.settings.model_card and full and self.post_edit >= self.settings.max_post_edit_steps:
             self.finished = True
         return Choice(commit, "fast" if commit else "edit", edit=edit)

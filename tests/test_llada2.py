@@ -1,0 +1,184 @@
+"""LLaDA 2.x (inclusionAI's LLaDA2.0 / LLaDA2.1 MoE) as a block-causal model: loaded by its config, driven through its
+own forward (a 4-D additive block mask), its finished blocks kept exactly, and LLaDA 2.1's own generate as method
+``llada21`` pass for pass.
+
+The model is a LLaDA 2.x-shaped stand-in (tests/llada2_standin.py, written after the published modeling_llada2_moe.py:
+a tiny mixture of experts) with random weights, loaded through trust_remote_code as the release is. The reference
+below is written for these tests from LLaDA 2.1's published ``generate`` (its model card's modeling_llada2_moe.py, as
+ZHZisZZ/dllm carries it, Apache-2.0): the block mask as an additive float mask over whole blocks, then per block
+(from the one the prompt ends in) passes over everything up to the block's end, no cache: greedy tokens and their
+probabilities (softmax of the float32 logits, the mask token included), mask-to-token (the block's masked positions
+above ``threshold``, else the most confident one), token-to-token (the block's written, non-prompt positions whose
+token would change, above ``editing_threshold``), both written at once; once the block has no mask each pass counts
+a post-edit step, the one past ``max_post_steps`` ends the block before its pass, and a pass that writes nothing with
+no mask left ends it after."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dico
+from accelerator import accelerator
+from dico.block import BlockStore, block_causal_mask
+from dico.models import ModelError
+from standins import llada2_model_folder
+from tolerances import assert_reordered_close
+
+BLOCK = 32                                         # its config names none: its generate's default
+ALIGNED = " ".join(f"w{i}" for i in range(1, 28))  # chat-formatted: 32 prompt tokens, the prompt fills a block
+UNALIGNED = "w1 w2"                                # 7 prompt tokens
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    torch.set_num_threads(1)
+    return llada2_model_folder(tmp_path_factory.mktemp("llada2") / "llada2-standin", seed=0)
+
+
+@pytest.fixture(scope="module")
+def llada2(folder):
+    return dico.load_model(folder, trust_remote_code=True, dtype="float32")
+
+
+def generate_reference(model, prompt_ids, mask_id, gen_length, block, threshold, editing_threshold, max_post_steps):
+    """LLaDA 2.1's generate at temperature 0 with batch 1 and one token at least a pass (``num_to_transfer`` 1): the
+    final ids and, per pass, (positions committed, tokens) and the edits [position, before, after], positions
+    absolute. Its mask is cast to the model's dtype (its code casts to bfloat16, the released weights' dtype)."""
+    m = len(prompt_ids)
+    blocks = -(-(m + gen_length) // block)
+    total = blocks * block
+    allowed = torch.tril(torch.ones(blocks, blocks)).repeat_interleave(block, 0).repeat_interleave(block, 1)
+    additive = allowed[None, None].log().to(model.dtype)                                  # 0 / -inf
+    x = torch.full((1, total), mask_id, dtype=torch.long)
+    x[0, :m] = torch.tensor(prompt_ids)
+    passes = []
+    for b in range(m // block, blocks):
+        start, end = b * block, (b + 1) * block
+        cur = x[:, :end]                                                   # a view: writes land in x
+        prompt_in_block = torch.zeros(block, dtype=torch.bool)
+        prompt_in_block[:max(0, min(m - start, block))] = True
+        post = 0
+        while True:
+            old = cur[:, -block:].clone()
+            active = cur[:, -block:] == mask_id
+            if not active.any():
+                post += 1
+            if post > max_post_steps:
+                break
+            logits = model(cur, attention_mask=additive[:, :, :end, :end],
+                           position_ids=torch.arange(end)[None]).logits[:, -block:]
+            x0 = logits.argmax(-1)
+            p = torch.gather(F.softmax(logits, dim=-1), -1, x0[..., None])[..., 0]
+            transfer = torch.zeros_like(active)
+            if active.any():
+                conf = torch.where(active, p, -torch.inf)
+                high = (conf[0] > threshold) & active[0]
+                if int(high.sum()) >= 1:
+                    transfer[0] = high
+                else:
+                    transfer[0, torch.topk(conf[0], k=1).indices] = True
+            editable = ~active & ~prompt_in_block[None]
+            edit = editable & (torch.where(editable, p, -torch.inf) > editing_threshold) & (x0 != old)
+            final = transfer | edit
+            assert not (x0[final] == mask_id).any(), "the stand-in never predicts the mask token"
+            cur[:, -block:][final] = x0[final]
+            where = torch.nonzero(transfer[0]).flatten()
+            edits = [[start + int(i), int(old[0, i]), int(x0[0, i])] for i in torch.nonzero(edit[0]).flatten()]
+            passes.append(((start + where).tolist(), x0[0, where].tolist(), edits))
+            if not active.any() and not edit.any():
+                break
+    return x[0].tolist(), passes
+
+
+def ours(trace):
+    m = trace.prompt_length
+    return [([m + p for p in s.committed], s.tokens, [[m + e[0], e[1], e[2]] for e in s.edited])
+            for s in trace.steps]
+
+
+# ------------------------------------------------------------------------------------------- loading and passes
+
+def test_a_llada2_checkpoint_loads_as_a_block_model_of_32(llada2):
+    assert llada2.kind == "block" and llada2.block == BLOCK and llada2.release.name == "LLaDA 2.x"
+    assert llada2.mask_id == llada2.tokenizer.mask_token_id
+    assert type(llada2.model.model.layers[1].mlp).__name__ == "LLaDA2MoeSparseMoeBlock"   # the experts run
+
+
+def test_a_block_sees_itself_and_the_blocks_before_it_never_a_later_one(llada2):
+    """Up to the order of float sums: each expert runs on the tokens routed to it, so tokens of a later block change
+    the shape of an expert's product for the earlier ones."""
+    ids = torch.tensor([[2] + list(range(10, 41)) + [5] * 32])                              # 32 + 32
+    base, _ = llada2.forward(ids)
+    later = ids.clone()
+    later[0, 32:] = 20
+    same_block = ids.clone()
+    same_block[0, 31] = 30
+    assert_reordered_close(llada2.forward(later)[0][0, :32], base[0, :32])
+    assert not torch.allclose(llada2.forward(same_block)[0][0, :31], base[0, :31])
+
+
+def test_the_driver_hands_its_forward_the_generates_additive_mask(llada2):
+    """The whole-sequence pass gives what the model gives for the mask LLaDA 2.1's generate builds (``.log()`` of the
+    block mask), up to the order of float sums."""
+    ids = torch.tensor([[2] + list(range(10, 50)) + [5] * 23])                              # 64
+    blocks = torch.tril(torch.ones(2, 2)).repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)
+    theirs = llada2.model(ids, attention_mask=blocks[None, None].log(), position_ids=torch.arange(64)[None]).logits
+    assert_reordered_close(llada2.forward(ids)[0], theirs)
+    assert torch.equal(block_causal_mask(64, BLOCK), blocks.bool())
+
+
+def test_the_cached_pass_computes_what_the_whole_sequence_pass_computes(llada2):
+    """Its attention appends every call's keys and values; a pass that must not store leaves the cache as it was."""
+    ids = torch.tensor([[2] + list(range(10, 50)) + [5] * 55])                              # 96
+    store = BlockStore()
+    for start in (32, 64):
+        cached = store.forward(llada2, ids, torch.arange(start, start + BLOCK))
+        assert store.past.get_seq_length() == store.stored == start
+        assert_reordered_close(cached[0, start:start + BLOCK], llada2.forward(ids)[0][0, start:start + BLOCK])
+        ids[0, start:start + BLOCK] = 20 + torch.arange(BLOCK) % 30
+
+
+# ------------------------------------------------------------------------------------------- LLaDA 2.1's generate
+
+CASES = [(UNALIGNED, 0.5, 0.3, 16), (ALIGNED, 0.5, 0.3, 16), (UNALIGNED, 0.3, 0.5, 2), (UNALIGNED, 0.6, 0.2, 0)]
+
+
+@pytest.mark.parametrize("cache", ["none", "prefix"])
+@pytest.mark.parametrize("prompt, threshold, editing, post", CASES)
+def test_llada21_as_its_model_card_decodes_as_llada21s_own_generate_pass_for_pass(llada2, prompt, threshold, editing,
+                                                                                  post, cache):
+    """Threshold 0.5 / editing 0.3 edits often on random weights (the largest probabilities are 0.2 to 0.7) and
+    reaches the post-edit limit in some blocks; so does a limit of 2; a limit of 0 ends a block with its last mask."""
+    settings = dict(model_card=True, threshold=threshold, edit_threshold=editing, max_post_edit_steps=post)
+    trace = dico.generate(llada2, prompt, "llada21", mode="semi-ar", gen_length=64, block_length=BLOCK, cache=cache,
+                          **settings)
+    ids, passes = generate_reference(llada2.model, llada2.encode_prompt(prompt), llada2.mask_id, 64, BLOCK,
+                                     threshold, editing, post)
+    m = trace.prompt_length
+    assert ids[m:] == trace.response
+    assert ours(trace) == passes
+    if editing < 0.5:
+        assert any(edits for _, _, edits in passes)                   # token-to-token was exercised
+
+
+def test_the_model_cards_preset_is_its_generates_defaults(llada2):
+    """Threshold 0.95, editing 0.9, 16 post-edit passes, the mask token in the softmax: on random weights one token a
+    pass, as its generate decodes."""
+    trace = dico.generate(llada2, UNALIGNED, "llada21", mode="semi-ar", gen_length=32, block_length=BLOCK,
+                          model_card=True)
+    assert (trace.settings["threshold"], trace.settings["edit_threshold"], trace.settings["mask_in_softmax"]) == \
+        (0.95, 0.9, True)
+    ids, passes = generate_reference(llada2.model, llada2.encode_prompt(UNALIGNED), llada2.mask_id, 32, BLOCK,
+                                     0.95, 0.9, 16)
+    assert ours(trace) == passes and ids[trace.prompt_length:] == trace.response
+
+
+def test_without_it_a_block_that_reaches_the_limit_spends_one_more_pass_as_sglang_does(llada2):
+    """SGLang's joint threshold (the default) writes what the generate writes and ends such a block one pass later,
+    with a pass that writes nothing."""
+    settings = dict(threshold=0.3, edit_threshold=0.5, max_post_edit_steps=2, mask_in_softmax=True)
+    sglang = dico.generate(llada2, UNALIGNED, "llada21", mode="semi-ar", gen_length=64, block_length=BLOCK, **settings)
+    card = dico.generate(llada2, UNALIGNED, "llada21", mode="semi-ar", gen_length=64, block_length=BLOCK,
+                         model_card=True, **settings)
+    written = [p for p in ours(sglang) if p != ([], [], [])]
+    assert sglang.response == card.response and written == [p for p in ours(card) if p != ([], [], [])]
+    assert sglang.nfe > card.nfe
