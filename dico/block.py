@@ -99,7 +99,7 @@ class LLaDA2Driver(BlockDriver):
 
     @staticmethod
     def _additive(model, mask: torch.Tensor) -> torch.Tensor:
-        """(b, 1, q, k) bool -> the same shape in the model's dtype: 0 where seen, the dtype's lowest value elsewhere."""
+        """(b, 1, q, k) bool -> that shape in the model's dtype: 0 where seen, the dtype's lowest value elsewhere."""
         dtype = model.dtype
         return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
 

@@ -1,5 +1,5 @@
-"""Model code shipped inside a LLaDA 2.x stand-in's folder, loaded with ``trust_remote_code=True`` as LLaDA 2.x's own code
-is. Written for these tests (not LLaDA 2.x's code) after the published ``modeling_llada2_moe.py`` of inclusionAI's
+"""Model code shipped inside a LLaDA 2.x stand-in's folder, loaded with ``trust_remote_code=True`` as LLaDA 2.x's own
+code is. Written for these tests (not LLaDA 2.x's code) after the published ``modeling_llada2_moe.py`` of inclusionAI's
 LLaDA2.0 / LLaDA2.1 model cards, read as ZHZisZZ/dllm carries them (``dllm/pipelines/llada2*/models/``, Apache-2.0
 licence): the same module tree, attribute names, call signature and arithmetic at tiny sizes, so that ``dico.block``
 meets what it would meet on the released models.
@@ -20,7 +20,7 @@ meets what it would meet on the released models.
   ``TransformersKwargs``, all present in transformers 4.57); it imports neither ``flash_attn`` nor ``LossKwargs``.
 """
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -182,3 +182,60 @@ def test_without_it_a_block_that_reaches_the_limit_spends_one_more_pass_as_sglan
     written = [p for p in ours(sglang) if p != ([], [], [])]
     assert sglang.response == card.response and written == [p for p in ours(card) if p != ([], [], [])]
     assert sglang.nfe > card.nfe
+
+
+# ------------------------------------------------------------------------------------------- other decoders, refusals
+
+# PC-Sampler runs too given its token-frequency table, which the stand-in has none of
+BLOCKWISE = ["vanilla", "topk", "fast", "fast-factor", "dico", "eb", "klass", "llada21", "t2m", "hierarchy", "credit",
+             "sdar"]
+
+
+@pytest.mark.parametrize("method", BLOCKWISE)
+def test_every_blockwise_decoder_runs_and_its_exact_cache_changes_nothing(llada2, method):
+    """The same tokens with the finished blocks cached, fewer positions computed."""
+    plain = dico.generate(llada2, UNALIGNED, method, mode="semi-ar", gen_length=32, block_length=BLOCK)
+    cached = dico.generate(llada2, UNALIGNED, method, mode="semi-ar", gen_length=32, block_length=BLOCK,
+                           cache="prefix")
+    assert llada2.mask_id not in plain.response and len(plain.response) == 57     # to the end of the second block
+    assert cached.response == plain.response and cached.nfe == plain.nfe
+    assert cached.token_forwards < plain.token_forwards
+
+
+@pytest.mark.parametrize("request_, field", [({"mode": "non-ar"}, "mode"),
+                                             ({"mode": "semi-ar", "block_length": 16}, "block_length"),
+                                             ({"mode": "semi-ar", "block_length": BLOCK, "gen_length": "auto"},
+                                              "gen_length"),
+                                             ({"mode": "semi-ar", "block_length": BLOCK, "cache": "dual"}, "cache")])
+def test_what_it_cannot_do_is_refused_before_any_pass(llada2, request_, field):
+    calls = []
+    hook = llada2.model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(ValueError, match=f"^{field}: ") as err:
+            dico.generate(llada2, UNALIGNED, "llada21", **({"gen_length": 32} | request_))
+    finally:
+        hook.remove()
+    assert not calls and "\n" not in str(err.value)
+
+
+def test_a_config_naming_no_block_reads_as_32_and_a_broken_one_is_refused(tmp_path):
+    from dico.block import RELEASES, block_size_of, release_of
+    config = {"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"]}
+    release = release_of(config)
+    assert release is RELEASES[1] and release.driven and block_size_of(config, release) == 32
+    (tmp_path / "config.json").write_text('{"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"]}')
+    with pytest.raises(ModelError, match="trust_remote_code"):
+        dico.load_model(tmp_path)
+
+
+def test_it_decodes_on_the_accelerator_as_on_the_cpu(llada2, folder):
+    """With its cache and without (its cache cropped on the accelerator too), and LLaDA 2.1's own generate."""
+    runs = [("fast", "none", {}), ("fast", "prefix", {}), ("llada21", "prefix", {"model_card": True})]
+    with accelerator():
+        gpu = dico.load_model(folder, trust_remote_code=True, device="cuda", dtype="float32")
+        on_gpu = [dico.generate(gpu, UNALIGNED, m, mode="semi-ar", gen_length=32, block_length=BLOCK, cache=c, **o)
+                  for m, c, o in runs]
+    on_cpu = [dico.generate(llada2, UNALIGNED, m, mode="semi-ar", gen_length=32, block_length=BLOCK, cache=c, **o)
+              for m, c, o in runs]
+    assert [t.response for t in on_gpu] == [t.response for t in on_cpu]
+    assert [t.nfe for t in on_gpu] == [t.nfe for t in on_cpu] and all(t.device == "cuda" for t in on_gpu)
