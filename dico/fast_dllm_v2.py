@@ -37,11 +37,12 @@ Its denoising calls pass no ``block_size``, so the release's forward masks them 
 for a block dividing 32, which the released models' 32 does; the calls here are the same.
 
 On another model (no release code, no model blocks), ``fast-v2`` is the sub-block threshold rule alone: sub-blocks
-from the window's start, no AR step, and whatever cache the settings ask for.
+from the window's start, no AR step, and the cache the settings ask for explicitly (the published_code preset's
+prefix is a block model's: left out here).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -77,6 +78,8 @@ class FastV2Rule(Rule):
     def bind(self, predictor) -> None:
         if predictor.kind != BLOCK_KIND:
             self.block = None
+            if "cache" not in self.settings.given() and self.settings.cache != "none":
+                self.settings = replace(self.settings, cache="none")    # its kept blocks are a block model's
             return
         block, sub = predictor.block, self.settings.sub_block
         if block % sub:

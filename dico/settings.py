@@ -504,8 +504,8 @@ class FastV2Settings(SamplingSettings):
     always its most confident one, with its sub-block cache inside the block."""
     method = "fast-v2"
     published_code: bool = setting(True, "start from Fast-dLLM v2's generate: the finished blocks' keys and values "
-                                   "kept (cache prefix) and the mask token's logit kept in the softmax of the "
-                                   "confidence (mask_in_softmax); settings given explicitly win",
+                                   "kept (cache prefix, on a block diffusion model) and the mask token's logit kept "
+                                   "in the softmax of the confidence (mask_in_softmax); settings given explicitly win",
                                    label="as Fast-dLLM v2's generate")
     threshold: float = setting(0.9, "commit every masked position of the sub-block whose confidence is above this; "
                                "the most confident one is committed in any case", range=(0.0, 1.0), step=0.01,

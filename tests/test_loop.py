@@ -31,7 +31,7 @@ PHASES = {"vanilla": {"vanilla"}, "topk": {"vanilla"}, "fast": {"fast"}, "fast-f
           "dico": {"divide", "conquer", "finalize"}, "eb": {"vanilla"}, "klass": {"fast", "vanilla"},
           "wino": {"fast"}, "saber": {"fast"}, "llada21": {"fast", "edit"}, "t2m": {"fast", "edit"},
           "hierarchy": {"fast"}, "credit": {"fast"}, "pc-sampler": {"vanilla"}, "prophet": {"vanilla", "fast"},
-          "remdm": {"vanilla"}, "sdar": {"vanilla", "fast"}}
+          "remdm": {"vanilla"}, "sdar": {"vanilla", "fast"}, "fast-v2": {"vanilla", "fast"}}
 SETTINGS = {
     "vanilla": [{}],
     "topk": [{}, {"k": 1}, {"k": 3}],
@@ -52,6 +52,7 @@ SETTINGS = {
     "remdm": [{}, {"init_unmask_ratio": 1.0, "loop_steps": 3}, {"init_unmask_ratio": 0.5, "unmask_k": 1}],
     "sdar": [{}, {"remasking": "low_confidence_static", "steps": 3}, {"remasking": "sequential", "random_seed": 5},
              {"threshold": 0.0, "steps": 1}],
+    "fast-v2": [{}, {"threshold": 0.5, "sub_block": 2}, {"cache": "none", "published_code": False}],
 }
 # WINO's verifying pass mirrors a block through the model's own attention (dico.verify): the random stand-in has
 # none, so WINO's invariants are checked on the embedded model (tests/test_revision.py).
