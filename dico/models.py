@@ -49,6 +49,9 @@ KNOWN_REMOTE = frozenset({
     "JetLM/SDAR-1.7B-Chat", "JetLM/SDAR-4B-Chat", "JetLM/SDAR-8B-Chat",
     # Fast-dLLM v2 (its model card; NVlabs/Fast-dLLM v2/)
     "Efficient-Large-Model/Fast_dLLM_v2_7B",
+    # LLaDA 2.x (inclusionAI's model cards, each shipping modeling_llada2_moe.py)
+    "inclusionAI/LLaDA2.0-mini", "inclusionAI/LLaDA2.0-flash",
+    "inclusionAI/LLaDA2.1-mini", "inclusionAI/LLaDA2.1-flash",
 })
 # Mask tokens as tokenizers spell them, for a model whose config and tokenizer do not name theirs.
 MASK_TOKENS = ("<|mdm_mask|>", "<|mask|>", "<|MASK|>", "|<MASK>|", "[MASK]", "<mask>")     # |<MASK>|: Fast-dLLM v2

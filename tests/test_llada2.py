@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import dico
 from accelerator import accelerator
 from dico.block import BlockStore, block_causal_mask
-from dico.models import ModelError
+from dico.models import KNOWN_REMOTE, ModelError
 from standins import llada2_model_folder
 from tolerances import assert_reordered_close
 
@@ -218,7 +218,7 @@ def test_what_it_cannot_do_is_refused_before_any_pass(llada2, request_, field):
     assert not calls and "\n" not in str(err.value)
 
 
-def test_a_config_naming_no_block_reads_as_32_and_a_broken_one_is_refused(tmp_path):
+def test_a_config_naming_no_block_reads_as_32_and_its_code_runs_behind_the_allow_list(tmp_path):
     from dico.block import RELEASES, block_size_of, release_of
     config = {"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"]}
     release = release_of(config)
@@ -226,6 +226,7 @@ def test_a_config_naming_no_block_reads_as_32_and_a_broken_one_is_refused(tmp_pa
     (tmp_path / "config.json").write_text('{"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"]}')
     with pytest.raises(ModelError, match="trust_remote_code"):
         dico.load_model(tmp_path)
+    assert {"inclusionAI/LLaDA2.0-mini", "inclusionAI/LLaDA2.1-mini"} <= KNOWN_REMOTE     # their code is allowed
 
 
 def test_it_decodes_on_the_accelerator_as_on_the_cpu(llada2, folder):
