@@ -10,8 +10,17 @@ import os
 import sys
 import textwrap
 
-from dico.settings import (DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, MODES, NON_AR, SEMI_AR, SETTINGS,
-                           method_id, specs)
+from dico.settings import (
+    DEFAULT_BLOCK_LENGTH,
+    DEFAULT_GEN_LENGTH,
+    METHODS,
+    MODES,
+    NON_AR,
+    SEMI_AR,
+    SETTINGS,
+    method_id,
+    specs,
+)
 
 LAST_LINE = ("nfe=<int> answer_nfe=<int> answer_tokens=<int> padding_tokens=<int> tokens_per_s=<float> "
              "wall_s=<float>")
@@ -162,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     table = sub.add_parser("settings", help="print every method's settings as Markdown tables (docs/settings.md)",
                            description="Print every method's settings (default, range, the paper's and the authors' "
                                        "values, what each does) as Markdown, from the one place they are declared.")
-    table.add_argument("--method", type=method_id, choices=METHODS, action="append", help="only these methods (repeatable)")
+    table.add_argument("--method", type=method_id, choices=METHODS, action="append",
+                       help="only these methods (repeatable)")
     return parser
 
 

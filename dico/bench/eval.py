@@ -31,7 +31,16 @@ except ImportError as exc:          # the base install has no lm-eval: say how t
 
 from dico.bench.lm_eval_tasks.utils import task_metric
 from dico.embedded.tasks import FAMILIES, NUMBER_FAMILIES
-from dico.settings import DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, METHODS, MODES, NON_AR, SEMI_AR, settings_for
+from dico.settings import (
+    DEFAULT_BLOCK_LENGTH,
+    DEFAULT_GEN_LENGTH,
+    METHODS,
+    MODES,
+    NON_AR,
+    SEMI_AR,
+    method_id,
+    settings_for,
+)
 
 TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
 OWN_TASKS = {f"dico_{family}" for family in FAMILIES}
@@ -53,6 +62,7 @@ class DiCoLM(LM):
         from dico.loop import check_inputs
         from dico.models import load_model
 
+        method = method_id(method)                          # --model_args method=...: an old id too
         check_inputs("-", method, mode, gen_length, block_length)
         self.method, self.mode, self.gen_length = method, mode, gen_length
         self.block_length = block_length if mode == SEMI_AR else None
