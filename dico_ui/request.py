@@ -29,6 +29,7 @@ from dico.settings import (
     SEMI_AR,
     SETTINGS,
     given_in_form,
+    method_id,
     own_specs,
     sampling_specs,
     settings_for,
@@ -196,7 +197,7 @@ def settings_from_controls(methods: list, values) -> dict[str, dict]:
     """The values of the generated controls (``CONTROLS`` order) as one dict per chosen method (a lane's dict
     counts as its method), each value checked; the shared sampling options go to every chosen method. A
     control left at its default beside a preset switch counts as not given (``dico.settings.given_in_form``)."""
-    methods = [m.get("method") if isinstance(m, dict) else m for m in methods]
+    methods = [method_id(m.get("method") if isinstance(m, dict) else m) for m in methods]
     methods = [m for m in dict.fromkeys(methods) if isinstance(m, str) and m in SETTINGS]
     values = list(values)
     if len(values) != len(CONTROLS):
@@ -233,7 +234,7 @@ def settings_from_json(settings) -> dict[str, dict]:
         raise ValueError('settings: must be an object of objects, one per method, like {"fast": {"threshold": 0.9}}')
     for method, values in settings.items():
         settings_for(method, values)                  # unknown methods and settings, ranges: named errors
-    return {m: dict(v) for m, v in settings.items()}
+    return {method_id(m): dict(v) for m, v in settings.items()}
 
 
 def fixed_passes(lane: Lane, gen_length: int, block_length: int | None) -> int | None:
