@@ -588,8 +588,8 @@ ABLATIONS = {
     "seeds": {f"DiCo N={n}": {"seeds": n} for n in (2, 4, 6, 8, 10)},
     "conquer": {"DiCo (factor Conquer)": {},
                 "DiCo (threshold 0.9 Conquer)": {"conquer": "threshold", "conquer_threshold": 0.9}},
-    # issue 29: each of the release's Conquer choices on alone, the Divide shortcut (beyond the paper) alone, and
-    # the whole preset with and without it
+    # where the authors' code departs from the paper, one departure at a time: each of the release's Conquer choices
+    # on alone, the Divide shortcut (beyond the paper) alone, and the whole preset with and without it
     "authors": {"DiCo": {},
                 **{f"DiCo + {name}" + ("" if value is True else f"={value}"): {name: value}
                    for name, value in AUTHORS_CODE.items()
