@@ -21,7 +21,17 @@ from dico.observe import WITHIN, dependency, layer_locality, layer_maps, localit
 from dico.trace import MAX_JSON_BYTES, read_traces
 from dico_ui import render, runs
 from dico_ui.limits import LIMITS
-from dico_ui.models import EMBEDDED_NAME, HUB_MODELS, MODEL_NOTES, describe, get_predictor, gpu, is_warm, mark_warm
+from dico_ui.models import (
+    EMBEDDED_NAME,
+    HUB_MODELS,
+    MODEL_NOTES,
+    describe,
+    get_predictor,
+    gpu,
+    is_warm,
+    mark_warm,
+    one_thread_in_a_forked_worker,
+)
 from dico_ui.outputs import RESULTS, banner, cleared, figure, friendly, results  # noqa: F401  (RESULTS: tests)
 from dico_ui.race import Frame, race, replay
 from dico_ui.request import CONTROLS, RunRequest, api_request, check, fit_to_model, measures_by_default, page_request
@@ -42,6 +52,7 @@ EXPIRED = ("This page's run is no longer kept on the server (a run is kept "
 def decode_race(req):
     """The only function that runs the model (on ZeroGPU it gets the GPU in a worker process; its argument, a frozen
     ``RunRequest``, pickles). It never decides to stop: the caller closes it, which a worker process sees too."""
+    one_thread_in_a_forked_worker()
     yield from race(get_predictor(req.model), req)
 
 
@@ -274,6 +285,7 @@ class Measured:
 @gpu
 def measure_dependency(trace, at: int, deadline: float):
     """The dependency map's model call (on ZeroGPU in a worker process: a trace pickles, and what comes back)."""
+    one_thread_in_a_forked_worker()
     return dependency(Timed(get_predictor(trace.model), deadline), trace, at)
 
 
@@ -320,6 +332,7 @@ def dependency_map(request: gr.Request, run_index, k, traces):
 def measure_layers(trace, deadline: float):
     """The locality layer by layer's model call (on ZeroGPU in a worker process): one replay, two lenses (the answer's
     positions, all positions)."""
+    one_thread_in_a_forked_worker()
     predictor = Timed(get_predictor(trace.model), deadline)
     maps = layer_maps(predictor, trace)
     return (layer_locality(predictor, trace, WITHIN, among=set(range(trace.answer_length)), maps=maps),

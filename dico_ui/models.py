@@ -21,17 +21,30 @@ from dico.models import EMBEDDED_MODELS, EMBEDDED_NAME, MaskPredictor, ModelErro
 
 log = logging.getLogger("dico_ui")
 
-# The hub models offered in the model menu; they need a GPU with about 20 GB of memory. SDAR is a block diffusion
-# model: causal from block to block and bidirectional inside one, it decodes a block of 4 tokens at a time and keeps
-# the finished blocks' keys and values exactly, as an autoregressive model keeps its past (docs/decoding.md §11).
+# The hub models offered in the model menu; they need a GPU with about 20 GB of memory (LLaDA2.1-mini, a 16B mixture
+# of experts, about 33 GB). SDAR and LLaDA 2.x are block diffusion models: causal from block to block and
+# bidirectional inside one, they decode a block at a time (4 tokens for SDAR, 32 for LLaDA 2.x) and keep the finished
+# blocks' keys and values exactly, as an autoregressive model keeps its past (docs/decoding.md §11).
 HUB_MODELS = {"GSAI-ML/LLaDA-8B-Instruct": "LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B": "Dream-7B-Instruct",
-              "JetLM/SDAR-4B-Chat": "SDAR-4B-Chat, block diffusion: semi-AR, blocks of 4"}
+              "JetLM/SDAR-4B-Chat": "SDAR-4B-Chat, block diffusion: semi-AR, blocks of 4",
+              "inclusionAI/LLaDA2.1-mini": "LLaDA2.1-mini, block diffusion (16B MoE): semi-AR, blocks of 32"}
 WARM_UP_PROMPT = "Tom has 5 apples. He buys 3 more apples. How many apples does Tom have now?"
 WARM_UP_LENGTH = 8
+
+_SERVER_PID = os.getpid()
 
 _models: dict[str, MaskPredictor] = {}
 _lock = threading.Lock()
 _warm: set[str] = set()
+
+
+def one_thread_in_a_forked_worker() -> None:
+    """Called first in every @gpu function: ZeroGPU runs them in a child forked from the server, and a child forked
+    after the server's OpenMP pool ran (the warm-up, any CPU decode) hangs in its first parallel region, as libgomp
+    is not fork-safe; one torch thread never enters one. Nothing changes in the server's own process."""
+    if os.getpid() != _SERVER_PID:
+        import torch
+        torch.set_num_threads(1)
 
 
 def zero_gpu() -> bool:

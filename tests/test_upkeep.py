@@ -298,10 +298,14 @@ def in_worker(fn, rounds):
                 yield message[1]
         finally:
             stop.set()
-            while worker.is_alive():
+            deadline = time.monotonic() + 60
+            while worker.is_alive() and time.monotonic() < deadline:
                 while not results.empty():
                     results.get()
                 worker.join(0.1)
+            if worker.is_alive():               # a stuck worker fails the test instead of hanging the suite
+                worker.kill()
+                raise AssertionError("the worker process did not stop within 60 s of Stop")
     return handler
 
 
