@@ -14,9 +14,13 @@ drive them, read from each release's published code:
   the finished blocks' keys and values kept in the model's own ``DynamicCache`` exactly as SDAR's generate keeps
   them (a prefill pass over the prompt's whole blocks, one storing pass over each block once it is written), and
   each denoising pass computing the current block only against them;
+- a driver per release (``BlockDriver``): how its own forward is called, the only release-specific code on the
+  decoding path (a preset that keeps its release's caches its own way registers them in ``OWN_CACHES``:
+  ``dico.fast_dllm_v2``);
 - ``release_imports()``: the fallbacks a CPU needs to import the releases' code unchanged: ``flash_attn`` (a CUDA-only
-  package their files import unconditionally) and ``transformers.utils.LossKwargs`` (gone in transformers 4.56+),
-  present only while their code is imported; a user's downloaded files are never edited;
+  package their files import unconditionally), ``einops`` (Fast-dLLM v2's file imports it, unused at inference) and
+  ``transformers.utils.LossKwargs`` (gone in transformers 4.56+), present only while their code is imported; a user's
+  downloaded files are never edited;
 - ``check_block_request`` and ``response_length``: what a decode on such a model may ask (semi-AR, one model block a
   window) and how long its response is (to the end of the block holding ``gen_length``, as SDAR's generate does).
 
