@@ -18,6 +18,7 @@ from collections.abc import Generator
 
 import torch
 
+from dico.block import BLOCK_KIND
 from dico.constraints import encode_fixed, response_position
 from dico.lanes import MAX_LABEL_CHARS, default_label
 from dico.loop import Decoding, drive
@@ -54,7 +55,10 @@ def replay(predictor, parent: Trace, at: int):
     on the model, each checked against the parent's (commits, tokens, take-backs)."""
     _check_parent(predictor, parent, at)
     constraints = {int(p): t for p, t in (parent.constraints or {}).items()}
-    run = Decoding(predictor, parent.prompt, parent.method, mode=parent.mode, gen_length=parent.gen_length,
+    gen_length = parent.gen_length
+    if predictor.kind == BLOCK_KIND:     # the trace's response runs to the end of a block; the request's ended before
+        gen_length -= -parent.prompt_length % predictor.block
+    run = Decoding(predictor, parent.prompt, parent.method, mode=parent.mode, gen_length=gen_length,
                    block_length=parent.block_length, settings=parent.recorded_settings(), constraints=constraints,
                    label=parent.name)
     own = parent.fork["at"] if parent.fork is not None else None      # a fork's own edits come back where it made them

@@ -310,3 +310,18 @@ def test_it_decodes_on_the_accelerator_as_on_the_cpu(v2, folder):
                                                           "block_length": BLOCK} | o)) for m, o in RUNS]
     assert [t.response for t in on_gpu] == [t.response for t in on_cpu]
     assert all(t.device == "cuda" for t in on_gpu)
+
+
+def test_a_fork_of_a_fast_v2_run_continues_as_its_parent_and_a_take_back_is_decoded_again(v2):
+    """A fork replays the parent's passes, so its block and sub-block caches are the parent's at that step; a token
+    taken back makes the block cache anew and is decoded again."""
+    from dico.forking import fork
+    parent = dico.generate(v2, PROMPTS["unaligned"], "fast-v2", mode="semi-ar", gen_length=16, block_length=BLOCK,
+                           sub_block=SUB, threshold=0.3)
+    story = [(s.committed, s.tokens) for s in parent.steps]
+    for at in sorted({1, parent.nfe // 2, parent.nfe - 1}):
+        child = fork(v2, parent, at)
+        assert [(s.committed, s.tokens) for s in child.steps] == story and child.response == parent.response
+    last = parent.steps[-1].committed[0]
+    child = fork(v2, parent, parent.nfe, remask=[last])
+    assert child.steps[-1].committed == [last] and child.nfe == parent.nfe + 1
