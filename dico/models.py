@@ -48,7 +48,7 @@ KNOWN_REMOTE = frozenset({
     # block diffusion (dico.block): SDAR's chat models (JetAstra/SDAR's model cards)
     "JetLM/SDAR-1.7B-Chat", "JetLM/SDAR-4B-Chat", "JetLM/SDAR-8B-Chat",
     # Fast-dLLM v2 (its model card; NVlabs/Fast-dLLM v2/)
-    "Efficient-Large-Model/Fast_dLLM_v2_7B",
+    "Efficient-Large-Model/Fast_dLLM_v2_1.5B", "Efficient-Large-Model/Fast_dLLM_v2_7B",
     # LLaDA 2.x (inclusionAI's model cards, each shipping modeling_llada2_moe.py)
     "inclusionAI/LLaDA2.0-mini", "inclusionAI/LLaDA2.0-flash",
     "inclusionAI/LLaDA2.1-mini", "inclusionAI/LLaDA2.1-flash",
