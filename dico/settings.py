@@ -501,22 +501,23 @@ class FastV2Settings(SamplingSettings):
     """Fast-dLLM v2's own decoding (its model card's ``generate`` and NVlabs/Fast-dLLM ``v2/``, docs/decoding.md
     §11.5), on a Fast-dLLM v2 model only: a block's first token from the pass that stored the block before it, then
     the block a sub-block at a time, each pass committing the sub-block's masked positions above ``threshold`` and
-    always its most confident one, with its sub-block cache inside the block."""
+    always its most confident one, with its sub-block cache inside the block. Defaults: its chat script's
+    (``v2/run_chatbot.py``: threshold 0.9, sub-blocks of 8), with the sub-block cache on, which that script leaves off
+    (its generate's ``use_block_cache`` default)."""
     method = "fast-v2"
     published_code: bool = setting(True, "start from Fast-dLLM v2's generate: the finished blocks' keys and values "
                                    "kept (cache prefix, on a block diffusion model) and the mask token's logit kept "
                                    "in the softmax of the confidence (mask_in_softmax); settings given explicitly win",
                                    label="as Fast-dLLM v2's generate")
     threshold: float = setting(0.9, "commit every masked position of the sub-block whose confidence is above this; "
-                               "the most confident one is committed in any case", range=(0.0, 1.0), step=0.01,
-                               code=0.9)
+                               "the most confident one is committed in any case", range=(0.0, 1.0), step=0.01)
     sub_block: int = setting(8, "positions in a sub-block (its small_block_size): a block is decoded one sub-block "
                              "at a time, left to right; must divide the model's block", range=(1, 4096), step=1)
     block_cache: bool = setting(True, "its sub-block cache (use_block_cache): a pass over the whole block keeps the "
                                 "block's keys and values, and while a sub-block's first position is written each pass "
                                 "computes that sub-block only, overwriting its own entries and reading the rest as "
                                 "kept (approximate, as its generate); off: every pass computes the whole block "
-                                "(exact)", label="sub-block cache")
+                                "(exact)", label="sub-block cache", code=False)
 
 
 def _authors_code() -> dict:
