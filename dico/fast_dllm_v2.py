@@ -15,7 +15,9 @@ Read from the published code (the model card Efficient-Large-Model/Fast_dLLM_v2_
   position is still masked, or no block cache was made for this block yet, each pass is such a whole-block pass. Once
   it is written, each pass computes the sub-block only: its keys and values overwrite their places in the block cache
   and it attends, with no mask, to the finished blocks and to the whole block cache, whose other entries are those of
-  the last whole-block pass. Its logits are then approximate, and the rule here sees exactly those logits.
+  the last whole-block pass. Its logits are then approximate, and the rule here sees exactly those logits. The block
+  cache is made anew at each block (``block_past_key_values = None``), in its ``generate`` and its batch decoding
+  alike (a copy of the model card's file edited by a third party keeps it across blocks; not followed).
 - once the block has no mask left, a pass stores it (``update_past_key_values``) and decodes the next block's first
   token.
 
@@ -24,9 +26,6 @@ Read from the published code (the model card Efficient-Large-Model/Fast_dLLM_v2_
 logits at j - 1, its first position its own), as the generate shifts them.
 
 Where this differs from the published code, on purpose:
-- the block cache is made anew for each block, as NVlabs' ``v2/`` batch decoding does (``block_past_key_values =
-  None`` at each block); the model card's ``generate`` keeps the previous block's block cache, so its first pass in a
-  new block computes the first sub-block against the previous block's stale entries;
 - a prompt of exactly one block: the generate neither prefills it nor decodes an AR token (it decodes the next block
   without seeing the prompt); here the prompt is stored and the first token decoded from it, as for longer prompts;
 - the decode runs to the end of the response: the generate stops at its stop token once nothing before it is

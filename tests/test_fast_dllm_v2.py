@@ -154,8 +154,8 @@ def shifted(logits):
 
 def fast_v2_reference(model, prompt_ids, mask_id, total, block, sub, threshold, use_block_cache):
     """Fast-dLLM v2's generate with batch 1, temperature 0 and no stop token, written for these tests from the
-    published procedure (the model card's modeling.py ``generate``; NVlabs/Fast-dLLM v2/), with the block cache made
-    anew at each block as v2/'s batch decoding does. It stops where the project's response ends (``total``
+    published procedure (the model card's modeling.py ``generate``; NVlabs/Fast-dLLM v2/), the block cache made anew
+    at each block as both its generate and its batch decoding do. It stops where the project's response ends (``total``
     positions), before the storing pass of the last block. Returns the ids and, per pass that decodes, the absolute
     positions and tokens it writes and whether it was a sub-block pass (keys and values read from the block cache).
     Asserts that no pass would write the mask token (the generate would, and the position would stay masked)."""
