@@ -6,7 +6,8 @@
 
 ``score`` works on the model's device and brings its vectors to the CPU in one transfer: a vocabulary-wide
 tensor never leaves the device. Greedy by default (docs/decoding.md §2.1): ``pred`` is the argmax with the mask
-token removed, ``conf`` its softmax probability, ``margin`` the top1 - top2 raw logit, all in float32.
+token removed (the first of equal logits, as ``torch.argmax``), ``conf`` its softmax probability, ``margin`` the
+top1 - top2 raw logit, all in float32.
 With a temperature, ``pred`` is drawn by Gumbel noise as LLaDA's ``generate.py`` draws it (float64), after
 Dream's top-p / top-k filters; ``conf`` stays LLaDA's: the model's untempered probability of that token.
 ``rank`` is Dream's ranking for its algorithms (maskgit_plus, topk_margin, entropy) when a rule asks for it.
@@ -75,7 +76,9 @@ class Sampler:
             x = fuse(x, self._probs(x.to(self.precision), logits, mask_id))
         top = x.topk(2, dim=-1)                                                # n, 2
         margin = top.values[:, 0] - top.values[:, 1]
-        pred = top.indices[:, 0] if cfg.temperature == 0 else self._sample(x)
+        # argmax, not topk's first index: among equal logits (frequent in bfloat16) the published codes'
+        # torch.argmax / max take the first, where topk's order among equals is unspecified
+        pred = x.argmax(dim=-1) if cfg.temperature == 0 else self._sample(x)
         probs = self._probs(x.to(self.precision), logits, mask_id)
         conf = probs.gather(1, pred[:, None])[:, 0]
         if cfg.eos_last and stops:

@@ -109,6 +109,18 @@ def test_top_k_1_samples_the_argmax_at_any_temperature():
     assert sampled.response == greedy.response
 
 
+
+def test_greedy_takes_the_first_of_equal_logits_as_torch_argmax_does():
+    """In bfloat16 two tokens' logits are often exactly equal; the published greedy codes (torch.argmax, max) take
+    the first, and topk's order among equals is unspecified."""
+    from dico.sampling import Sampler
+    from dico.settings import SamplingSettings
+    logits = torch.full((2, 64), -1.0, dtype=torch.bfloat16)
+    logits[0, [13, 35]] = 6.09375
+    logits[1, [2, 40, 50]] = 3.0
+    conf, pred, margin = Sampler(SamplingSettings()).score(logits)[:3]
+    assert pred.tolist() == [13, 2] and margin.tolist() == [0.0, 0.0]
+
 def test_a_small_top_p_keeps_only_the_most_likely_token():
     greedy = dico.generate(predictor(5), PROMPT, "vanilla", gen_length=12)
     sampled = dico.generate(predictor(5), PROMPT, "vanilla", gen_length=12, temperature=1.0, top_p=1e-6)
