@@ -41,6 +41,25 @@ def lanes(page):
     return page.locator("#answers .lane")
 
 
+def status_of(page) -> str:
+    """What the page said last (for a failure's message: a run waiting in line says so there)."""
+    return page.locator("#status").inner_text(timeout=5_000)
+
+
+def wait_live(page, lanes_live: int | None = None):
+    """Wait for a live race frame (a lane still decoding); a timeout fails with what the status said meanwhile,
+    so a run that waited in line, was refused or ended before any live frame says which."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    count = f" && a.querySelectorAll('.lane').length === {lanes_live}" if lanes_live else ""
+    try:
+        page.wait_for_function(f"""() => {{ const a = document.querySelector('#answers');
+            return a && a.querySelector('.lane .live') && a.querySelector('.tok.mask') && a.querySelector('.tok.new')
+                   {count}; }}""", timeout=LONG, polling=20)
+    except PlaywrightTimeout:
+        raise AssertionError(f"no live race frame within {LONG // 1000} s; the status said: {status_of(page)!r}; "
+                             f"lanes on the page: {lanes(page).count()}") from None
+
+
 def set_gen_length(page, value):
     box = page.locator("#gen-length input")
     box.fill(str(value))
@@ -69,9 +88,7 @@ def test_the_race_streams_confidence_coloured_answers_side_by_side(watched_page,
     set_gen_length(page, 96)
     page.locator("#run").click()
     # While decoding: masked placeholders shaded by confidence, coloured commits, this step's commits outlined.
-    page.wait_for_function("""() => { const a = document.querySelector('#answers');
-        return a && a.querySelector('.lane .live') && a.querySelector('.tok.mask') && a.querySelector('.tok.new')
-               && a.querySelectorAll('.lane').length === 4; }""", timeout=LONG, polling=20)
+    wait_live(page, DEFAULT_LANES)
     page.locator("#answers").screenshot(path=str(artifacts / "race-live.png"))
     expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
     expect(lanes(page)).to_have_count(DEFAULT_LANES)
@@ -89,7 +106,7 @@ def test_stop_keeps_the_partial_answers_and_run_starts_again(watched_page, artif
     page.locator("#examples .gallery-item").nth(LIST_EXAMPLE).click()
     set_gen_length(page, 256)
     page.locator("#run").click()
-    expect(page.locator("#answers .lane .live").first).to_be_visible(timeout=LONG)
+    wait_live(page)
     page.locator("#stop").click()
     expect(page.locator("#status")).to_contain_text("Stopped at step", timeout=LONG)
     expect(lanes(page)).to_have_count(DEFAULT_LANES)
