@@ -213,20 +213,23 @@ def fast_v2_reference(model, prompt_ids, mask_id, total, block, sub, threshold, 
                     passes.append(((base + where).tolist(), token[0, where].tolist(), from_kept))
 
 
-CASES = [(prompt, 16, 0.3, True) for prompt in PROMPTS] + [("unaligned", 24, 0.15, True),
-                                                         ("unaligned", 16, 0.3, False)]
+CASES = [(prompt, 16, SUB, 0.3, True) for prompt in PROMPTS] + [("unaligned", 24, SUB, 0.15, True),
+                                                              ("unaligned", 16, SUB, 0.3, False),
+                                                              ("aligned", 16, 2, 0.15, True),
+                                                              ("short", 16, BLOCK, 0.3, True)]
 
 
-@pytest.mark.parametrize("prompt, gen_length, threshold, block_cache", CASES)
-def test_a_fast_v2_decode_is_its_generate_pass_for_pass(v2, prompt, gen_length, threshold, block_cache):
-    """Its caches as its generate keeps them (cache prefix; the sub-block cache on or off): the same tokens at the
-    same positions in every pass, AR steps included. Threshold 0.3 and 0.15 so that some passes commit more than
-    their most probable position (random weights give probabilities of 0.05 to 0.6)."""
+@pytest.mark.parametrize("prompt, gen_length, sub, threshold, block_cache", CASES)
+def test_a_fast_v2_decode_is_its_generate_pass_for_pass(v2, prompt, gen_length, sub, threshold, block_cache):
+    """Its caches as its generate keeps them (cache prefix; the sub-block cache on or off; sub-blocks of 4, 2 and
+    the whole block): the same tokens at the same positions in every pass, AR steps included. Threshold 0.3 and 0.15
+    so that some passes commit more than their most probable position (random weights give probabilities of 0.05 to
+    0.6)."""
     trace = dico.generate(v2, PROMPTS[prompt], "fast-v2", mode="semi-ar", gen_length=gen_length,
-                          block_length=BLOCK, sub_block=SUB, threshold=threshold, block_cache=block_cache)
+                          block_length=BLOCK, sub_block=sub, threshold=threshold, block_cache=block_cache)
     m = trace.prompt_length
     ids, passes = fast_v2_reference(v2.model, v2.encode_prompt(PROMPTS[prompt]), v2.mask_id, m + trace.gen_length,
-                                    BLOCK, SUB, threshold, block_cache)
+                                    BLOCK, sub, threshold, block_cache)
     assert [([m + p for p in s.committed], s.tokens) for s in trace.steps] == [(p, t) for p, t, _ in passes]
     assert ids[m:] == trace.response
     assert any(len(p) > 1 for p, _, _ in passes)                 # the threshold's branch was taken
