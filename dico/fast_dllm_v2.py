@@ -137,6 +137,7 @@ class FastV2Store(BlockStore):
         self.logits[lo:hi] = torch.cat([raw[:1], raw[:-1]])
         return self.logits[None]
 
+
 @dataclass
 class FastV2Cache(BlockCache):
     """``fast-v2``'s caches for the loop (``BlockCache``'s interface): each pass is an AR step, a whole-block pass
