@@ -328,3 +328,15 @@ def test_a_fork_of_a_fast_v2_run_continues_as_its_parent_and_a_take_back_is_deco
     last = parent.steps[-1].committed[0]
     child = fork(v2, parent, parent.nfe, remask=[last])
     assert child.steps[-1].committed == [last] and child.nfe == parent.nfe + 1
+
+
+def test_a_prompt_of_exactly_one_block_is_stored_and_its_first_token_is_an_ar_step(v2):
+    """Its generate would neither store such a prompt nor read it (decoding the next block without it); here it is
+    stored as longer prompts are, and the block's first token is the argmax of the prompt's last position."""
+    prompt = "w1 w2 w3"                                                          # 8 tokens: one block
+    ids = v2.encode_prompt(prompt)
+    assert len(ids) == BLOCK
+    trace = dico.generate(v2, prompt, "fast-v2", mode="semi-ar", gen_length=16, block_length=BLOCK, sub_block=SUB)
+    logits, _ = v2.forward(torch.tensor([ids + [v2.mask_id]]))
+    logits[0, BLOCK, v2.mask_id] = -torch.inf                                   # never a prediction (dico.sampling)
+    assert trace.steps[0].committed == [0] and trace.steps[0].tokens == [int(logits[0, BLOCK].argmax())]
