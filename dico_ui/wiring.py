@@ -9,6 +9,9 @@ from __future__ import annotations
 import functools
 import inspect
 
+from gradio.components.plot import PlotData
+from plotly.basedatatypes import BaseFigure
+
 from dico_ui import forks, lane_controls, long_examples
 from dico_ui import handlers as h
 from dico_ui.outputs import RESULTS
@@ -17,10 +20,22 @@ from dico_ui.outputs import RESULTS
 RESIZE_PLOTS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 50); }"
 
 
+def serialised(value):
+    """A plotly figure as the JSON gradio sends (``gr.Plot``'s own ``postprocess``), made here in the handler's
+    worker thread: gradio postprocesses on its event loop, and the figures of a finished race take it long enough
+    there that a burst of clients waited seconds to be told the demo is busy. Anything else is passed as it is."""
+    if isinstance(value, BaseFigure):
+        return PlotData(type="plotly", plot=value.to_json())
+    if isinstance(value, dict) and value.get("__type__") == "update" and isinstance(value.get("value"), BaseFigure):
+        return {**value, "value": serialised(value["value"])}
+    return value
+
+
 def keyed(fn, c: dict):
-    """``fn`` returning (or streaming) ``{name: value}`` as gradio takes it: ``{component: value}``."""
+    """``fn`` returning (or streaming) ``{name: value}`` as gradio takes it: ``{component: value}``, its figures
+    already JSON (``serialised``)."""
     def by_component(out: dict) -> dict:
-        return {c[name]: value for name, value in out.items()}
+        return {c[name]: serialised(value) for name, value in out.items()}
 
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)

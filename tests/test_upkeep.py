@@ -402,3 +402,23 @@ def test_the_page_warns_before_a_long_run_and_says_it_in_the_status(app_module, 
         first = next(stream)
     assert first["status"].startswith("Starting…") and "may not finish" in first["status"]
     stream.close()
+
+
+# ============================================================================ the event loop stays free
+
+def test_figures_leave_the_handler_as_json_so_gradios_event_loop_only_sends_them():
+    import gradio as gr
+    import plotly.graph_objects as go
+
+    from dico_ui.wiring import keyed
+    figure = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
+    names = {"status": "status", "trajectory": "trajectory", "later": "later"}
+
+    def handler():
+        yield {"status": "Done", "trajectory": figure, "later": gr.update(value=figure, visible=True)}
+    out = next(keyed(handler, names)())
+    assert out["status"] == "Done"
+    sent = out["trajectory"]
+    assert sent.type == "plotly" and sent.plot == figure.to_json()       # what gr.Plot's postprocess would make
+    assert gr.Plot().postprocess(sent) is sent                            # and gradio passes it as it is
+    assert out["later"]["visible"] and out["later"]["value"].plot == figure.to_json()
