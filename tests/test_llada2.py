@@ -218,6 +218,15 @@ def test_what_it_cannot_do_is_refused_before_any_pass(llada2, request_, field):
     assert not calls and "\n" not in str(err.value)
 
 
+
+def test_a_padded_batch_decodes_each_row_as_alone(llada2):
+    """Rows padded on the right: the block mask and the padding mask go into its additive mask together."""
+    from dico.batch import generate_batch
+    prompts = [UNALIGNED, "w1 w2 w3 w4 w5", "w3"]
+    rows = generate_batch(llada2, prompts, "fast", mode="semi-ar", block_length=BLOCK, gen_length=32, batch_size=3)
+    alone = [dico.generate(llada2, p, "fast", mode="semi-ar", block_length=BLOCK, gen_length=32) for p in prompts]
+    assert [t.response for t in rows] == [t.response for t in alone]
+
 def test_a_config_naming_no_block_reads_as_32_and_its_code_runs_behind_the_allow_list(tmp_path):
     from dico.block import RELEASES, block_size_of, release_of
     config = {"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"]}
