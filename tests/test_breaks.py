@@ -265,7 +265,7 @@ def test_a_clash_an_editing_rule_replaced_is_counted_as_taken_back(predictor):
                                           "clash_taken_back": 1, "repaired": 1}
 
 
-def test_the_choice_lanes_include_the_decoders_of_2026_and_remdm_decodes_non_ar_only(predictor):
+def test_the_choice_lanes_include_the_other_published_decoders_and_remdm_decodes_non_ar_only(predictor):
     from dico.bench.breaks import LANES, breaks
 
     assert {"llada21", "t2m", "hierarchy", "credit", "pc-sampler", "prophet", "remdm"} <= {m for _, m, _ in LANES}

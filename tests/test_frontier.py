@@ -130,7 +130,7 @@ def test_the_figure_exports_as_html_and_as_a_png_without_kaleido(tmp_path):
 
 
 def test_the_published_decoders_lines_turn_their_knobs_through_their_defaults(capsys):
-    """EB-Sampler's gamma, KLASS's confidence, WINO's threshold, Saber's n and the knobs of the decoders of 2026 each
+    """EB-Sampler's gamma, KLASS's confidence, WINO's threshold, Saber's n and the other published decoders' knobs each
     make a line through the method's default; ``--lines`` picks lines, one token a step (the reference) always first;
     an unknown line is refused."""
     from dico.bench.cli import main

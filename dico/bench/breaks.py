@@ -41,7 +41,7 @@ CHOICE_FAMILIES = ("pick", "team")
 LANES = [("Vanilla", "vanilla", {}), ("Top-2 per step", "topk", {"k": 2}), ("Top-4 per step", "topk", {"k": 4}),
          ("Fast-dLLM", "fast", {}), ("DiCo", "dico", {}), ("EB-Sampler", "eb", {}), ("KLASS", "klass", {}),
          ("WINO", "wino", {}), ("Saber", "saber", {}),
-         # every other decoder; ReMDM decodes non-AR only, as its code runs
+         # the other published decoders; ReMDM decodes non-AR only, as its code runs
          *((METHOD_LABELS[m], m, {}) for m in ("llada21", "t2m", "hierarchy", "credit", "pc-sampler", "prophet",
                                                "remdm"))]
 DEFAULT_ITEMS = 40

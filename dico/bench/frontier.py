@@ -8,7 +8,7 @@ family and mode, and accuracy (95% interval) read against forward passes.
 Naive top-k (k tokens a step by confidence: the paper's Figure 1, Observation I) beside Fast-dLLM's threshold and
 factor and DiCo's cluster bar (``dico.settings.DICO_KNOB``): the paper's Figure 1 and Fast-dLLM's
 threshold sweep in one picture; and the published decoders' knobs (EB-Sampler's gamma, KLASS's confidence, WINO's
-threshold, Saber's n), and the decoders of 2026 (LLaDA 2.1's and token-to-mask's threshold, dInfer's hierarchy and
+threshold, Saber's n), and the other published decoders' (LLaDA 2.1's and token-to-mask's threshold, dInfer's hierarchy and
 credit thresholds, PC-Sampler's and ReMDM's tokens a pass, Prophet's gaps); and the floor (``dico.observe.floor``:
 a greedy bound on the steps without committing tokens that clash), the point each line's passes are read against
 (NFE / floor).
@@ -41,7 +41,7 @@ EB_GAMMAS = (0.01, 0.1, 0.5, 1.0, 2.0)
 KLASS_CONFIDENCES = (0.5, 0.7, 0.9, 0.95, 0.99)
 WINO_THRESHOLDS = (0.3, 0.5, 0.6, 0.8, 0.9)
 SABER_NS = (2, 4, 8, 16)              # from its default up
-# the other decoders, each through its default: LLaDA 2.1's and token-to-mask's mask-to-token threshold
+# the other published decoders, each through its default: LLaDA 2.1's and token-to-mask's mask-to-token threshold
 # (0.7, its quality mode; the edit threshold stays at 0.5), dInfer's thresholds (0.9), PC-Sampler's tokens a pass (1),
 # Prophet's three gaps scaled together (1: 7.5 / 5.0 / 2.5), ReMDM's tokens a pass (1; those that divide its
 # initial share of the answer)
