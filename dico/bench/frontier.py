@@ -8,10 +8,10 @@ family and mode, and accuracy (95% interval) read against forward passes.
 Naive top-k (k tokens a step by confidence: the paper's Figure 1, Observation I) beside Fast-dLLM's threshold and
 factor and DiCo's cluster bar (``dico.settings.DICO_KNOB``): the paper's Figure 1 and Fast-dLLM's
 threshold sweep in one picture; and the published decoders' knobs (EB-Sampler's gamma, KLASS's confidence, WINO's
-threshold, Saber's n), and the other published decoders' (LLaDA 2.1's and token-to-mask's threshold, dInfer's hierarchy and
-credit thresholds, PC-Sampler's and ReMDM's tokens a pass, Prophet's gaps); and the floor (``dico.observe.floor``:
-a greedy bound on the steps without committing tokens that clash), the point each line's passes are read against
-(NFE / floor).
+threshold, Saber's n), and the other published decoders' (LLaDA 2.1's and token-to-mask's threshold, dInfer's
+hierarchy and credit thresholds, PC-Sampler's and ReMDM's tokens a pass, Prophet's gaps); and the floor
+(``dico.observe.floor``: a greedy bound on the steps without committing tokens that clash), the point each line's
+passes are read against (NFE / floor).
 ``--lines`` picks lines by method (``floor`` the floor's point):
 
     python -m dico.bench frontier --lines eb,klass,wino,saber --items 24 --families pick,team
