@@ -379,7 +379,7 @@ def test_a_request_is_parsed_once_into_frozen_dataclasses_that_pickle_for_the_wo
 # ============================================================================ a run that may outlast the limit
 
 def test_a_one_token_a_step_lane_that_may_outlast_the_time_limit_is_said_before_the_run(app_module, predictor):
-    """Issue 45: Vanilla at gen 256 takes 256 passes; at the pace runs have here that may pass the time limit, so
+    """Vanilla at gen 256 takes 256 passes; at the pace runs have here that may pass the time limit, so
     the page says so before the run (a toast and the status), and says nothing for a race that fits."""
     from dico_ui.request import api_request, too_long
     long = api_request(PROMPT, "dico-tiny", "non-ar", 256, 32, ["vanilla", "fast", "dico"], "", True)
