@@ -266,3 +266,29 @@ def test_the_released_dtype_bfloat16_takes_its_mask_in_bfloat16(folder):
         hook.remove()
     assert all(half.mask_id not in t.response and len(t.response) == 57 for t in runs)
     assert masks and all(m.dtype == torch.bfloat16 and m.dim() == 4 for m in masks)
+
+
+# ------------------------------------------------------------------------------------------- the race on the page
+
+def test_the_race_runs_its_lanes_in_its_own_blocks(app_module, llada2, monkeypatch):
+    """Offered in the model menu as a hub model is (loaded, warm, a GPU said present): the page's default non-AR
+    request decodes semi-AR in its blocks of 32, each lane as a decode alone, LLaDA 2.1's joint threshold among them."""
+    pytest.importorskip("gradio")
+    import dico_ui.models as models
+    from dico_ui import handlers as h
+    from dico_ui.request import CONTROLS
+    name = "llada2-standin"
+    monkeypatch.setitem(models.HUB_MODELS, name, f"{name}, block diffusion")
+    monkeypatch.setitem(models._models, name, llada2)
+    monkeypatch.setattr(models, "gpu_available", lambda: True)
+    models.mark_warm(name)
+    session = type("Session", (), {"session_hash": "llada2"})()
+    lanes = ["vanilla", "fast", "dico", "llada21"]
+    result = list(h.run_ui(session, UNALIGNED, name, "non-ar", 32.0, 32.0, lanes, True,
+                           *[spec.default for _, spec in CONTROLS]))[-1]
+    assert result["status"].startswith("Done") and f"its own blocks of {BLOCK}" in result["status"]
+    assert [t.method for t in result["traces"]] == lanes
+    for trace in result["traces"]:
+        assert (trace.mode, trace.block_length, trace.model_block) == ("semi-ar", BLOCK, BLOCK)
+        alone = dico.generate(llada2, UNALIGNED, trace.method, mode="semi-ar", block_length=BLOCK, gen_length=32)
+        assert trace.response == alone.response
