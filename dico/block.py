@@ -86,7 +86,9 @@ class LLaDA2Driver(BlockDriver):
 
     The mask is built in the model's dtype (its generate casts to bfloat16, the released weights' dtype, which SDPA
     needs the mask to match), with the dtype's lowest value for -inf, as transformers builds a 4-D mask: a row that
-    sees any key weighs each key as with -inf, and a padded row that sees none stays finite."""
+    sees any key weighs each key as with -inf, and a padded row that sees none stays finite. Its eager path would
+    read a 4-D mask as 0/1 and invert it (its generate's mask too), so the model runs with SDPA, transformers' default
+    for it."""
 
     def whole(self, model, ids, mask, positions):
         return model(input_ids=ids, attention_mask=self._additive(model, mask), position_ids=positions,

@@ -99,6 +99,7 @@ def ours(trace):
 
 def test_a_llada2_checkpoint_loads_as_a_block_model_of_32(llada2):
     assert llada2.kind == "block" and llada2.block == BLOCK and llada2.release.name == "LLaDA 2.x"
+    assert llada2.model.config._attn_implementation == "sdpa"        # the path that takes an additive 4-D mask
     assert llada2.mask_id == llada2.tokenizer.mask_token_id
     assert type(llada2.model.model.layers[1].mlp).__name__ == "LLaDA2MoeSparseMoeBlock"   # the experts run
 
