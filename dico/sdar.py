@@ -27,6 +27,10 @@ records the difference:
 - a pass whose share is 0 (more ``steps`` than the block has positions, reached after passes that wrote nothing)
   commits nothing, as SDAR's; after ``steps`` passes SDAR's schedule has no entry (its code would fail); the rule
   commits one a pass.
+
+``llada20``: LLaDA 2.0's own generate (its model card's ``modeling_llada2_moe.py``, Apache-2.0; docs/decoding.md
+§11.6) is this procedure with greedy tokens at its default temperature 0: the shared scores (the argmax and its
+probability) stand in for the draw, and ``low_confidence_dynamic`` picks from them.
 """
 from __future__ import annotations
 
@@ -55,6 +59,10 @@ class SDARRule(Rule):
     leans = {"commit": {"conf": 1}}
 
     def plan(self, gen_length: int, width: int) -> None:
+        cfg = self.settings
+        if cfg.llada20 and (cfg.temperature or cfg.remasking != "low_confidence_dynamic"):
+            raise ValueError("llada20: LLaDA 2.0's generate takes greedy tokens and commits as low_confidence_dynamic "
+                             "does; set temperature 0 and remasking low_confidence_dynamic, or llada20 off to draw")
         self.width = width
         self.schedule = transfer_schedule(width, self.settings.steps)
 
@@ -103,6 +111,8 @@ class BlockDraw(Sampler):
     def score(self, logits: torch.Tensor, mask_id: int | None = None, stop_ids=(), signals=(), tokens=None,
               mirror=None, fuse=None):
         conf, pred, margin, rank, extra = super().score(logits, mask_id, stop_ids, signals, tokens, mirror, fuse)
+        if self.settings.llada20:                  # LLaDA 2.0's generate: the greedy scores, nothing drawn
+            return conf, pred, margin, rank, extra
         start, end = self.rule.window
         rows = logits[start:end]                                                    # w, v (model dtype)
         probs = F.softmax(rows, dim=-1)

@@ -494,6 +494,11 @@ class SDARSettings(SamplingSettings):
     steps: int = setting(4, "denoising passes a block: the block's positions split evenly over them (the first "
                          "passes take one more when they do not divide)", range=(1, 4096), step=1,
                          code="4 in generate.py's command line; 8 as block_diffusion_generate's default")
+    llada20: bool = setting(False, "LLaDA 2.0's own generate (its model card's modeling_llada2_moe.py), the same "
+                            "procedure with greedy tokens: the argmax and its probability instead of a draw, "
+                            "threshold 0.95, 32 steps a block, the mask token's logit kept in the softmax "
+                            "(mask_in_softmax); remasking stays low_confidence_dynamic; settings given explicitly win",
+                            label="as LLaDA 2.0's generate")
 
 
 @dataclass(frozen=True)
@@ -540,6 +545,7 @@ KLASSSettings.presets = {"gsm8k_script": {"confidence": 0.6, "kl": 0.015}}
 EditingSettings.presets = {"speed_mode": {"threshold": 0.5, "edit_threshold": 0.0}}
 LLaDA21Settings.presets = {**EditingSettings.presets,                  # docs/decoding.md §11.6
                            "model_card": {"threshold": 0.95, "edit_threshold": 0.9, "mask_in_softmax": True}}
+SDARSettings.presets = {"llada20": {"threshold": 0.95, "steps": 32, "mask_in_softmax": True}}    # §11.6
 SaberSettings.presets = {"published_code": {"mask_in_softmax": True}}     # on by default (docs/decoding.md §7.4)
 FastV2Settings.presets = {"published_code": {"mask_in_softmax": True, "cache": "prefix"}}  # docs/decoding.md §11.5
 

@@ -185,6 +185,73 @@ def test_without_it_a_block_that_reaches_the_limit_spends_one_more_pass_as_sglan
     assert sglang.nfe > card.nfe
 
 
+
+def generate20_reference(model, prompt_ids, mask_id, eos_id, gen_length, block, steps, threshold):
+    """LLaDA 2.0's generate at temperature 0 (its model card's, as ZHZisZZ/dllm carries it): per block at most
+    ``steps`` passes, each committing the pass's share of the block (``get_num_transfer_tokens``), or every masked
+    position above ``threshold`` when they are at least that share; it stops after the block that holds an
+    end-of-text token. The ids to the end of the last block decoded, and per pass (positions, tokens)."""
+    m = len(prompt_ids)
+    steps = min(steps, gen_length)                                         # minimal_topk 1
+    base, extra = divmod(block, steps)
+    shares = [base + (i < extra) for i in range(steps)]
+    blocks = -(-(m + gen_length) // block)
+    allowed = torch.tril(torch.ones(blocks, blocks)).repeat_interleave(block, 0).repeat_interleave(block, 1)
+    additive = allowed[None, None].log().to(model.dtype)
+    x = torch.full((1, blocks * block), mask_id, dtype=torch.long)
+    x[0, :m] = torch.tensor(prompt_ids)
+    passes, end = [], 0
+    for b in range(m // block, blocks):
+        start, end = b * block, (b + 1) * block
+        cur = x[:, :end]
+        for step in range(steps):
+            active = cur[:, -block:] == mask_id
+            if not active.any():
+                break
+            logits = model(cur, attention_mask=additive[:, :, :end, :end],
+                           position_ids=torch.arange(end)[None]).logits[:, -block:]
+            probs = F.softmax(logits, dim=-1)
+            x0 = probs.argmax(-1)
+            conf = torch.where(active, torch.gather(probs, -1, x0[..., None])[..., 0], -torch.inf)
+            transfer = torch.zeros_like(active)
+            high = conf[0] > threshold
+            if int(high.sum()) >= shares[step]:
+                transfer[0] = high
+            else:
+                transfer[0, torch.topk(conf[0], k=min(shares[step], int(active.sum()))).indices] = True
+            assert not (x0[transfer] == mask_id).any(), "the stand-in never predicts the mask token"
+            cur[:, -block:][transfer] = x0[transfer]
+            where = torch.nonzero(transfer[0]).flatten()
+            passes.append(((start + where).tolist(), x0[0, where].tolist()))
+        if (x[0, m:end] == eos_id).any():
+            break
+    return x[0, :end].tolist(), passes
+
+
+@pytest.mark.parametrize("cache", ["none", "prefix"])
+@pytest.mark.parametrize("prompt, steps, threshold", [(UNALIGNED, 32, 0.95), (UNALIGNED, 8, 0.3), (ALIGNED, 8, 0.3)])
+def test_sdar_as_llada20_decodes_as_llada20s_own_generate_pass_for_pass(llada2, prompt, steps, threshold, cache):
+    """Its generate stops after a block holding end-of-text; the decode here goes on, so the passes and the text are
+    compared to there. Steps 8 commit shares of 4, or more when enough are above the threshold."""
+    trace = dico.generate(llada2, prompt, "sdar", mode="semi-ar", gen_length=64, block_length=BLOCK, cache=cache,
+                          llada20=True, steps=steps, threshold=threshold)
+    ids, passes = generate20_reference(llada2.model, llada2.encode_prompt(prompt), llada2.mask_id,
+                                       llada2.tokenizer.eos_token_id, 64, BLOCK, steps, threshold)
+    m = trace.prompt_length
+    assert [(c, t) for c, t, _ in ours(trace)][:len(passes)] == passes
+    assert trace.response[:len(ids) - m] == ids[m:]
+    if steps == 8:
+        assert any(len(c) > 4 for c, _ in passes)                   # the threshold's branch was taken
+
+
+def test_llada20_is_greedy_and_refuses_a_temperature(llada2):
+    trace = dico.generate(llada2, UNALIGNED, "sdar", mode="semi-ar", gen_length=32, block_length=BLOCK, llada20=True)
+    assert (trace.settings["threshold"], trace.settings["steps"], trace.settings["mask_in_softmax"]) == \
+        (0.95, 32, True)
+    with pytest.raises(ValueError, match="^llada20: "):
+        dico.generate(llada2, UNALIGNED, "sdar", mode="semi-ar", gen_length=32, block_length=BLOCK, llada20=True,
+                      temperature=1.0)
+
 # ------------------------------------------------------------------------------------------- other decoders, refusals
 
 # PC-Sampler runs too given its token-frequency table, which the stand-in has none of
