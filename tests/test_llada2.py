@@ -1,6 +1,6 @@
 """LLaDA 2.x (inclusionAI's LLaDA2.0 / LLaDA2.1 MoE) as a block-causal model: loaded by its config, driven through its
-own forward (a 4-D additive block mask), its finished blocks kept exactly, and LLaDA 2.1's own generate as method
-``llada21`` pass for pass.
+own forward (a 4-D additive block mask), its finished blocks kept exactly, LLaDA 2.1's own generate as method
+``llada21`` (``model_card``) and LLaDA 2.0's as ``sdar`` (``llada20``) pass for pass.
 
 The model is a LLaDA 2.x-shaped stand-in (tests/llada2_standin.py, written after the published modeling_llada2_moe.py:
 a tiny mixture of experts) with random weights, loaded through trust_remote_code as the release is. The reference
