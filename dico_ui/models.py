@@ -22,12 +22,15 @@ from dico.models import EMBEDDED_MODELS, EMBEDDED_NAME, MaskPredictor, ModelErro
 log = logging.getLogger("dico_ui")
 
 # The hub models offered in the model menu; they need a GPU with about 20 GB of memory (LLaDA2.1-mini, a 16B mixture
-# of experts, about 33 GB). SDAR and LLaDA 2.x are block diffusion models: causal from block to block and
-# bidirectional inside one, they decode a block at a time (4 tokens for SDAR, 32 for LLaDA 2.x) and keep the finished
-# blocks' keys and values exactly, as an autoregressive model keeps its past (docs/decoding.md §11).
-HUB_MODELS = {"GSAI-ML/LLaDA-8B-Instruct": "LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B": "Dream-7B-Instruct",
+# of experts, about 33 GB). LLaDA 1.5 sits beside LLaDA 2.1 so that the two generations race on one prompt. SDAR,
+# LLaDA 2.x and Fast-dLLM v2 are block diffusion models: causal from block to block and bidirectional inside one,
+# they decode a block at a time (4 tokens for SDAR, 32 for LLaDA 2.x and Fast-dLLM v2) and keep the finished blocks'
+# keys and values exactly, as an autoregressive model keeps its past (docs/decoding.md §11).
+HUB_MODELS = {"GSAI-ML/LLaDA-8B-Instruct": "LLaDA-8B-Instruct", "GSAI-ML/LLaDA-1.5": "LLaDA-1.5",
+              "Dream-org/Dream-v0-Instruct-7B": "Dream-7B-Instruct",
               "JetLM/SDAR-4B-Chat": "SDAR-4B-Chat, block diffusion: semi-AR, blocks of 4",
-              "inclusionAI/LLaDA2.1-mini": "LLaDA2.1-mini, block diffusion (16B MoE): semi-AR, blocks of 32"}
+              "inclusionAI/LLaDA2.1-mini": "LLaDA2.1-mini, block diffusion (16B MoE): semi-AR, blocks of 32",
+              "Efficient-Large-Model/Fast_dLLM_v2_7B": "Fast-dLLM v2 7B, block diffusion: semi-AR, blocks of 32"}
 WARM_UP_PROMPT = "Tom has 5 apples. He buys 3 more apples. How many apples does Tom have now?"
 WARM_UP_LENGTH = 8
 
