@@ -376,11 +376,17 @@ REMOTE_VARIANTS = {"llada": ("llada", {}),
 REMOTE_LAYERS = {"llada": "n_layers", "dream": "num_hidden_layers"}        # each config's own name
 
 
-def block_model_folder(path: Path, seed: int = 0, **config) -> Path:
-    """An SDAR-shaped block diffusion model folder (``tests/block_standin.py``, loaded through ``trust_remote_code``
-    with SDAR's own unconditional ``flash_attn`` / ``LossKwargs`` imports): a fast word-level tokenizer whose mask
-    token is SDAR's ``<|MASK|>`` (the config names no mask id, as SDAR's does not), a chat template, an end-of-text
-    token, and ``block_size`` 4 unless ``config`` says otherwise."""
+def release_model_folder(path: Path, source: str, code_name: str, classes: tuple[str, str], words: list[str],
+                         tokens: dict, end: str, seed: int, config: dict, architecture: str | None = None,
+                         mute: str | None = None) -> Path:
+    """A block diffusion release's stand-in folder, loaded through ``trust_remote_code`` as the release is:
+    ``tests/<source>`` (written after the release's modeling code) saved as ``<code_name>`` beside its random weights
+    (``classes``: its config and model class names; ``architecture``: the release's name for the model class in the
+    config), a fast word-level tokenizer over ``words`` + REMOTE_WORDS with the special ``tokens``
+    (PreTrainedTokenizerFast keywords) and a chat template ending turns with ``end``. The code imports ``flash_attn``
+    / ``LossKwargs`` where its release does, so it is read inside ``release_imports``. ``mute``: a token whose output
+    row is zero, so that it is never the argmax (a trained model never predicts its mask token, and its generate
+    would write it back)."""
     import importlib.util
     import json
     import shutil
@@ -390,74 +396,66 @@ def block_model_folder(path: Path, seed: int = 0, **config) -> Path:
 
     from dico.block import release_imports
 
-    source = Path(__file__).with_name("block_standin.py")
+    file = Path(__file__).with_name(source)
     with release_imports():
-        spec = importlib.util.spec_from_file_location("block_standin", source)
+        spec = importlib.util.spec_from_file_location(file.stem, file)
         code = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(code)
-    words = ["<unk>", "<pad>", "<|start|>", "<|endoftext|>", "<|im_end|>", "<|MASK|>"] + REMOTE_WORDS
+    words = words + REMOTE_WORDS
     vocab = {w: i for i, w in enumerate(words)}
     path.mkdir(parents=True, exist_ok=True)
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>",
-                                        eos_token="<|endoftext|>", mask_token="<|MASK|>",
-                                        chat_template=CHAT_TEMPLATE.replace("END", "<|im_end|>"))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>",
+                                        chat_template=CHAT_TEMPLATE.replace("END", end), **tokens)
     tokenizer.save_pretrained(path)
     torch.manual_seed(seed)
-    model = code.SDARStandinForCausalLM(code.SDARStandinConfig(**(dict(vocab_size=len(words)) | config)))
+    config_class, model_class = (getattr(code, name) for name in classes)
+    model = model_class(config_class(**(dict(vocab_size=len(words)) | config)))
+    if mute is not None:
+        with torch.no_grad():
+            model.lm_head.weight[vocab[mute]] = 0.0
     model.save_pretrained(path, safe_serialization=True)
-    shutil.copy(source, path / "modeling_standin.py")
+    shutil.copy(file, path / code_name)
+    module = Path(code_name).stem
     saved = json.loads((path / "config.json").read_text())
-    saved["architectures"] = ["SDARStandinForCausalLM"]
-    saved["auto_map"] = {"AutoConfig": "modeling_standin.SDARStandinConfig",
-                         "AutoModelForCausalLM": "modeling_standin.SDARStandinForCausalLM"}
+    saved["architectures"] = [architecture or classes[1]]
+    saved["auto_map"] = {"AutoConfig": f"{module}.{classes[0]}", "AutoModelForCausalLM": f"{module}.{classes[1]}"}
     (path / "config.json").write_text(json.dumps(saved))
     return path
 
+
+def block_model_folder(path: Path, seed: int = 0, **config) -> Path:
+    """An SDAR-shaped block diffusion model folder (``tests/block_standin.py``, with SDAR's own unconditional
+    ``flash_attn`` / ``LossKwargs`` imports): its mask token ``<|MASK|>`` (the config names no mask id, as SDAR's does
+    not), an end-of-text token, and ``block_size`` 4 unless ``config`` says otherwise."""
+    return release_model_folder(
+        path, "block_standin.py", "modeling_standin.py", ("SDARStandinConfig", "SDARStandinForCausalLM"),
+        ["<unk>", "<pad>", "<|start|>", "<|endoftext|>", "<|im_end|>", "<|MASK|>"],
+        dict(pad_token="<pad>", eos_token="<|endoftext|>", mask_token="<|MASK|>"), "<|im_end|>", seed, config)
 
 
 def llada2_model_folder(path: Path, seed: int = 0, **config) -> Path:
-    """A LLaDA 2.x-shaped block diffusion model folder (``tests/llada2_standin.py``, a mixture of experts loaded through
-    ``trust_remote_code``): a fast word-level tokenizer whose mask token is LLaDA 2.x's ``<|mask|>``, a chat template,
-    an end-of-text token, and a config naming no block size (blocks of 32, its generate's default), as the released
-    configs do. The mask token's output row is zero, so that it is never the argmax (the released models never
-    predict it; their generate would write it back)."""
-    import importlib.util
-    import json
-    import shutil
+    """A LLaDA 2.x-shaped block diffusion model folder (``tests/llada2_standin.py``, a mixture of experts): its mask
+    token ``<|mask|>``, an end-of-text token, and a config naming no block size (blocks of 32, its generate's
+    default), as the released configs do; the mask token is never predicted."""
+    return release_model_folder(
+        path, "llada2_standin.py", "modeling_llada2_moe.py", ("LLaDA2MoeConfig", "LLaDA2MoeModelLM"),
+        ["<unk>", "<pad>", "<|start|>", "<|endoftext|>", "<|role_end|>", "<|mask|>"],
+        dict(pad_token="<pad>", eos_token="<|endoftext|>", mask_token="<|mask|>"), "<|role_end|>", seed, config,
+        mute="<|mask|>")
 
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
-    from dico.block import release_imports
+def fast_v2_model_folder(path: Path, seed: int = 0, **config) -> Path:
+    """A Fast-dLLM v2-shaped model folder (``tests/fast_v2_standin.py`` as its ``modeling.py``): the release's
+    architecture name, a tokenizer whose mask token is only one of its special tokens (``|<MASK>|``) with
+    ``<|im_end|>`` as its end of text; the mask token is never predicted."""
+    return release_model_folder(
+        path, "fast_v2_standin.py", "modeling.py", ("FastV2StandinConfig", "FastV2StandinForCausalLM"),
+        ["<unk>", "<|endoftext|>", "<|start|>", "<|im_end|>", "|<MASK>|"],
+        dict(pad_token="<|endoftext|>", eos_token="<|im_end|>", additional_special_tokens=["|<MASK>|"]),
+        "<|im_end|>", seed, config, architecture="Fast_dLLM_QwenForCausalLM", mute="|<MASK>|")
 
-    source = Path(__file__).with_name("llada2_standin.py")
-    with release_imports():
-        spec = importlib.util.spec_from_file_location("llada2_standin", source)
-        code = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(code)
-    words = ["<unk>", "<pad>", "<|start|>", "<|endoftext|>", "<|role_end|>", "<|mask|>"] + REMOTE_WORDS
-    vocab = {w: i for i, w in enumerate(words)}
-    path.mkdir(parents=True, exist_ok=True)
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>",
-                                        eos_token="<|endoftext|>", mask_token="<|mask|>",
-                                        chat_template=CHAT_TEMPLATE.replace("END", "<|role_end|>"))
-    tokenizer.save_pretrained(path)
-    torch.manual_seed(seed)
-    model = code.LLaDA2MoeModelLM(code.LLaDA2MoeConfig(**(dict(vocab_size=len(words)) | config)))
-    with torch.no_grad():
-        model.lm_head.weight[vocab["<|mask|>"]] = 0
-    model.save_pretrained(path, safe_serialization=True)
-    shutil.copy(source, path / "modeling_llada2_moe.py")
-    saved = json.loads((path / "config.json").read_text())
-    saved["architectures"] = ["LLaDA2MoeModelLM"]
-    saved["auto_map"] = {"AutoConfig": "modeling_llada2_moe.LLaDA2MoeConfig",
-                         "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM"}
-    (path / "config.json").write_text(json.dumps(saved))
-    return path
 
 def partial_cached_pass(predictor, run, steps: int = 3):
     """Decode ``steps`` steps of a cached ``Decoding`` (decoded and masked positions both exist), refresh on its

@@ -6,8 +6,6 @@ the model card Efficient-Large-Model/Fast_dLLM_v2_7B, Apache-2.0) with random we
 trust_remote_code as the release is. Its config names its block in ``bd_size`` (8 here, sub-blocks of 4) and its
 tokenizer names no mask token: the mask is the ``|<MASK>|`` of its special tokens, as the release's."""
 import hashlib
-import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import dico
 from accelerator import accelerator
 from dico.block import BlockStore, release_imports
 from dico.models import ModelError
-from standins import CHAT_TEMPLATE, REMOTE_WORDS
+from standins import fast_v2_model_folder
 from tolerances import assert_reordered_close
 
 BLOCK, SUB = 8, 4
@@ -27,42 +25,6 @@ STANDIN = Path(__file__).with_name("fast_v2_standin.py")
 PROMPTS = {"short": "w1", "aligned": "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11", "unaligned": "w1 w2 w3 w4 w5 w6 w7"}
 # chat-formatted: 6 prompt tokens (inside the first block), 16 (two whole blocks: the first token is an AR step of the
 # prefill pass), 12 (one block and 4)
-
-
-def fast_v2_model_folder(path: Path, seed: int = 0, **config) -> Path:
-    """A Fast-dLLM v2-shaped model folder: ``tests/fast_v2_standin.py`` as its ``modeling.py``, a config whose
-    ``model_type`` and architecture are the release's, and a word-level tokenizer whose mask token is only one of its
-    special tokens (``|<MASK>|``), with ``<|im_end|>`` as its end of text. Its random weights give the mask token the
-    logit 0, below the top ones: a trained model never predicts it, and its generate would write it back."""
-    import importlib.util
-
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    with release_imports():
-        spec = importlib.util.spec_from_file_location("fast_v2_standin", STANDIN)
-        code = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(code)
-    words = ["<unk>", "<|endoftext|>", "<|start|>", "<|im_end|>", "|<MASK>|"] + REMOTE_WORDS
-    path.mkdir(parents=True, exist_ok=True)
-    core = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<|endoftext|>",
-                                        eos_token="<|im_end|>", additional_special_tokens=["|<MASK>|"],
-                                        chat_template=CHAT_TEMPLATE.replace("END", "<|im_end|>"))
-    tokenizer.save_pretrained(path)
-    torch.manual_seed(seed)
-    model = code.FastV2StandinForCausalLM(code.FastV2StandinConfig(**(dict(vocab_size=len(words)) | config)))
-    with torch.no_grad():                  # as a trained model, it does not predict the mask token (logit 0)
-        model.lm_head.weight[words.index("|<MASK>|")] = 0.0
-    model.save_pretrained(path, safe_serialization=True)
-    shutil.copy(STANDIN, path / "modeling.py")
-    saved = json.loads((path / "config.json").read_text())
-    saved["architectures"] = ["Fast_dLLM_QwenForCausalLM"]
-    saved["auto_map"] = {"AutoConfig": "modeling.FastV2StandinConfig",
-                         "AutoModelForCausalLM": "modeling.FastV2StandinForCausalLM"}
-    (path / "config.json").write_text(json.dumps(saved))
-    return path
 
 
 @pytest.fixture(scope="module")
