@@ -5,11 +5,17 @@ The app fixtures import gradio lazily, so figure tests and library tests that de
 """
 import os
 import socket
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+# Keep pytest's rewritten test modules and the project's bytecode in __pycache__ (git ignores it) even where the
+# environment sets PYTHONDONTWRITEBYTECODE (this machine's image does): otherwise every worker of every run rewrites
+# the suite's ~2,600 asserts again. Measured here: collecting takes 12.0 s without the cache and 7.9 s with it.
+sys.dont_write_bytecode = False
 
 # Before anything imports gradio or huggingface_hub (see /work/shared/notes/gradio-testing.md).
 for _key in ("HF_HUB_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):

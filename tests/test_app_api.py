@@ -198,6 +198,7 @@ def test_a_client_that_leaves_stops_its_decode_and_its_state_is_freed(app_url, a
                30, "the finished events of closed pages to be dropped")
 
 
+@pytest.mark.soak       # many sessions, one after another (11 s): CI runs it, the quick default tier does not
 def test_gradios_per_session_tables_stay_within_the_session_cap(app_url, app_module, predictor, wait_until,
                                                                  monkeypatch):
     """Past ``state_session_capacity`` gradio 5.50 dropped a session's state but kept an entry per
