@@ -374,19 +374,21 @@ REMOTE_VARIANTS = {"llada": ("llada", {}),
                                                    weight_tying=True, input_emb_norm=True, scale_logits=True)),
                    "dream": ("dream", {})}
 REMOTE_LAYERS = {"llada": "n_layers", "dream": "num_hidden_layers"}        # each config's own name
+# SDAR's stand-in code lives in the package: the blocks bench (python -m dico.bench blocks) builds it at full size too.
+SDAR_STANDIN = Path(dico.__file__).parent / "bench" / "sdar_standin.py"
 
 
-def release_model_folder(path: Path, source: str, code_name: str, classes: tuple[str, str], words: list[str],
+def release_model_folder(path: Path, source: str | Path, code_name: str, classes: tuple[str, str], words: list[str],
                          tokens: dict, end: str, seed: int, config: dict, architecture: str | None = None,
                          mute: str | None = None) -> Path:
     """A block diffusion release's stand-in folder, loaded through ``trust_remote_code`` as the release is:
-    ``tests/<source>`` (written after the release's modeling code) saved as ``<code_name>`` beside its random weights
-    (``classes``: its config and model class names; ``architecture``: the release's name for the model class in the
-    config), a fast word-level tokenizer over ``words`` + REMOTE_WORDS with the special ``tokens``
-    (PreTrainedTokenizerFast keywords) and a chat template ending turns with ``end``. The code imports ``flash_attn``
-    / ``LossKwargs`` where its release does, so it is read inside ``release_imports``. ``mute``: a token whose output
-    row is zero, so that it is never the argmax (a trained model never predicts its mask token, and its generate
-    would write it back)."""
+    ``tests/<source>``, or the file ``source`` is (written after the release's modeling code), saved as ``<code_name>``
+    beside its random weights (``classes``: its config and model class names; ``architecture``: the release's name for
+    the model class in the config), a fast word-level tokenizer over ``words`` + REMOTE_WORDS with the special
+    ``tokens`` (PreTrainedTokenizerFast keywords) and a chat template ending turns with ``end``. The code imports
+    ``flash_attn`` / ``LossKwargs`` where its release does, so it is read inside ``release_imports``. ``mute``: a token
+    whose output row is zero, so that it is never the argmax (a trained model never predicts its mask token, and its
+    generate would write it back)."""
     import importlib.util
     import json
     import shutil
@@ -396,7 +398,7 @@ def release_model_folder(path: Path, source: str, code_name: str, classes: tuple
 
     from dico.block import release_imports
 
-    file = Path(__file__).with_name(source)
+    file = source if isinstance(source, Path) else Path(__file__).with_name(source)
     with release_imports():
         spec = importlib.util.spec_from_file_location(file.stem, file)
         code = importlib.util.module_from_spec(spec)
@@ -426,11 +428,11 @@ def release_model_folder(path: Path, source: str, code_name: str, classes: tuple
 
 
 def block_model_folder(path: Path, seed: int = 0, **config) -> Path:
-    """An SDAR-shaped block diffusion model folder (``tests/block_standin.py``, with SDAR's own unconditional
+    """An SDAR-shaped block diffusion model folder (``dico/bench/sdar_standin.py``, with SDAR's own unconditional
     ``flash_attn`` / ``LossKwargs`` imports): its mask token ``<|MASK|>`` (the config names no mask id, as SDAR's does
     not), an end-of-text token, and ``block_size`` 4 unless ``config`` says otherwise."""
     return release_model_folder(
-        path, "block_standin.py", "modeling_standin.py", ("SDARStandinConfig", "SDARStandinForCausalLM"),
+        path, SDAR_STANDIN, "modeling_standin.py", ("SDARStandinConfig", "SDARStandinForCausalLM"),
         ["<unk>", "<pad>", "<|start|>", "<|endoftext|>", "<|im_end|>", "<|MASK|>"],
         dict(pad_token="<pad>", eos_token="<|endoftext|>", mask_token="<|MASK|>"), "<|im_end|>", seed, config)
 

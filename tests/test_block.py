@@ -1,12 +1,11 @@
 """Block diffusion models (dico.block): recognised by their config, their block-causal mask, the exact cache of their
 finished blocks, the CPU fallbacks for their imports, and decoding on them a block at a time.
 
-The model is an SDAR-shaped stand-in (tests/block_standin.py, written after SDAR's published modeling_sdar.py) with
+The model is an SDAR-shaped stand-in (dico/bench/sdar_standin.py, written after SDAR's published modeling_sdar.py) with
 random weights, loaded through trust_remote_code as the release is."""
 import hashlib
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -24,11 +23,11 @@ from dico.block import (
     response_length,
 )
 from dico.models import ModelError
-from standins import block_model_folder
+from standins import SDAR_STANDIN, block_model_folder
 from tolerances import assert_reordered_close
 
 BLOCK = 4
-STANDIN = Path(__file__).with_name("block_standin.py")
+STANDIN = SDAR_STANDIN
 ALIGNED, UNALIGNED = "w1 w2 w3", "w1 w2"          # chat-formatted: 8 and 7 prompt tokens
 
 

@@ -5,7 +5,7 @@ blocks, a prefill pass storing the prompt's whole blocks in the model's own Dyna
 steps + 1 passes: with no mask left a pass stores the block and ends it, otherwise a pass reads the stored blocks,
 draws a token at every position of the block with torch.multinomial (the global generator, seeded by the caller with
 torch.manual_seed), and commits the pass's share of the block by its remasking strategy. It runs on the SDAR-shaped
-stand-in with random weights (tests/block_standin.py) and records each denoising pass's positions and tokens."""
+stand-in with random weights (dico/bench/sdar_standin.py) and records each denoising pass's positions and tokens."""
 import pytest
 import torch
 import torch.nn.functional as F

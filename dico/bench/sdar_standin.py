@@ -1,7 +1,9 @@
-"""Model code shipped inside a block diffusion stand-in's folder, loaded with ``trust_remote_code=True`` as SDAR's own
-code is. Written for these tests (not SDAR's code) after the published ``modeling_sdar.py`` of JetAstra/SDAR (MIT
-licence; a Qwen3 decoder): the same module tree, attribute names, call signature and arithmetic at tiny sizes, so
-that ``dico.block`` meets what it would meet on the released models.
+"""An SDAR-shaped stand-in's model code: shipped inside the tests' stand-in folders (``tests/standins.py``), loaded
+with ``trust_remote_code=True`` as SDAR's own code is, and built at any size, up to SDAR-4B's, by the blocks bench
+(``dico.bench.blocks``; it lives in the package for that bench, which must not read tests/). Written for this project
+(not SDAR's code) after the published ``modeling_sdar.py`` of JetAstra/SDAR (MIT licence; a Qwen3 decoder): the same
+module tree, attribute names, call signature and arithmetic, so that ``dico.block`` meets what it would meet on the
+released models. Nothing imports it as a plain module: it is read inside ``dico.block.release_imports``.
 
 - ``SDARStandinConfig`` (``model_type`` "sdar", ``block_size``), ``SDARStandinForCausalLM``: ``model.{embed_tokens,
   layers, norm, rotary_emb}`` and ``lm_head``; each layer: ``input_layernorm``, ``self_attn`` (q/k/v/o projections,
