@@ -10,8 +10,10 @@ The shared core, which no subcommand's module is imported by:
     hardware.py    the model's device and dtype, the machine line, the weights' training step
     tables.py      every table's Markdown from its rows (``render`` picks it by what a result file holds)
 The subcommands, each registering its own options (``cli.py`` gathers them; ``python -m dico.bench`` runs it):
-    benchmark.py (table1, the default), ablation.py, throughput.py, speed.py, cache.py, frontier.py, breaks.py,
-    docs.py (docs, alias readme: every table in docs/ rewritten from the committed JSON)
+    benchmark.py (table1, the default), ablation.py, throughput.py, speed.py, cache.py, blocks.py, frontier.py,
+    breaks.py, docs.py (docs, alias readme: every table in docs/ rewritten from the committed JSON)
+The blocks bench's model code, sdar_standin.py, is an SDAR-shaped stand-in (random weights) that the tests' stand-in
+folders ship too; it is read inside ``dico.block.release_imports``, never imported plainly.
 
 It may import the decoding library (``dico``'s top-level modules) and the embedded model's tasks
 (``dico.embedded``); neither imports it.

@@ -10,6 +10,7 @@
     python -m dico.bench throughput           # tokens/s at batch 1, 8 and 32 on the same items, side by side
     python -m dico.bench speed                # selection time per step against the forward pass, gen_length 256
     python -m dico.bench cache                # tokens/s, token forwards and accuracy with and without each KV cache
+    python -m dico.bench blocks               # an SDAR-shaped stand-in with and without its block cache, gen 256, 1024
     python -m dico.bench frontier             # accuracy against passes as each method's main knob turns
     python -m dico.bench breaks               # pick and team: which commits broke each method's wrong answers
     python -m dico.bench takeback             # pick and team misses: does taking one clashing token back mend them
@@ -29,6 +30,7 @@ import sys
 from dico.bench import (
     ablation,
     benchmark,
+    blocks,
     breaks,
     cache,
     combine,
@@ -41,7 +43,8 @@ from dico.bench import (
 )
 from dico.bench.runner import Parser
 
-SUBCOMMANDS = (benchmark, ablation, throughput, speed, cache, frontier, breaks, takeback, observe, combine, docs)
+SUBCOMMANDS = (benchmark, ablation, throughput, speed, cache, blocks, frontier, breaks, takeback, observe, combine,
+               docs)
 DEFAULT = "table1"
 
 

@@ -282,6 +282,20 @@ def gpu_cache_speed_markdown(rows: list[dict], title: str) -> str:
     return "\n".join(lines)
 
 
+def blocks_markdown(rows: list[dict], title: str) -> str:
+    """``python -m dico.bench blocks``: a block diffusion stand-in's decodes with and without its block cache."""
+    lines = [f"**{title}**", "",
+             "| gen | cache | passes | ms a pass | tokens/s | positions computed | speed-up | same response |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['gen_length']} | {r['cache']} | {r['passes']} | {r['ms_per_pass']:.1f} | "
+              f"{r['tokens_per_s']:.1f} | {r['positions']} | {r['speedup_cache']:.2f}x | "
+              f"{'yes' if r['same_response'] else 'no'} |" for r in rows]
+    lines += ["", "Speed-up: no cache's seconds over this row's, at the same gen. Positions computed: what the passes "
+                  "put through the model (the cache's storing passes included). Same response: the tokens no cache "
+                  "wrote."]
+    return "\n".join(lines)
+
+
 def takeback_markdown(rows: list[dict], title: str) -> str:
     """``python -m dico.bench takeback``: a row per lane and family: its misses and how many one take-back mended."""
     lines = [f"**{title}**", "", "| lane | mode | family | wrong of n | clash committed by one step | forks (right) | "
@@ -384,6 +398,7 @@ KINDS = (
     ("takeback", _has("clash_one_step", "any_right", "first_right"), takeback_markdown),
     ("throughput", _has("speedup_batch"), lambda rows, title: throughput_markdown(rows)),
     ("speed", _has("select_ms", "forward_ms"), speed_markdown),
+    ("blocks", _has("cache", "passes", "ms_per_pass", "speedup_cache"), blocks_markdown),
     ("gpu cache speed", _has("batch", "cache", "speedup", "token_forwards"), gpu_cache_speed_markdown),
     ("table", _has(*ROW_FIELDS), markdown),         # Table 1 and the ablations
 )
