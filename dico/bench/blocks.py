@@ -165,8 +165,9 @@ def measure(plan: Plan, session: Session) -> Report:
         timed(predictor, prompt, WARM_GEN, cache)
     rows = [row for gen in plan.gens for row in measure_gen(predictor, prompt, gen, plan.rounds, session.progress)]
     where = session.where()
+    on = f"the CPU ({where})" if device.type == "cpu" else where        # a GPU's line starts with its name
     title = (f"Block cache on an SDAR-shaped stand-in ({plan.shape} shape, {_count(params)} parameters, random "
-             f"weights) on {where}: sdar (low_confidence_static, 4 steps a block of {BLOCK}), a prompt of "
+             f"weights) on {on}: sdar (low_confidence_static, 4 steps a block of {BLOCK}), a prompt of "
              f"{plan.prompt_tokens} tokens, {plan.rounds} interleaved round{'s' if plan.rounds > 1 else ''}; built in "
              f"{built:.0f} s")
     return Report(blocks_markdown(rows, title), {
