@@ -422,22 +422,3 @@ def test_figures_leave_the_handler_as_json_so_gradios_event_loop_only_sends_them
     assert sent.type == "plotly" and sent.plot == figure.to_json()       # what gr.Plot's postprocess would make
     assert gr.Plot().postprocess(sent) is sent                            # and gradio passes it as it is
     assert out["later"]["visible"] and out["later"]["value"].plot == figure.to_json()
-
-
-def test_a_new_session_is_gradios_own_with_each_blocks_config_computed_when_read(app_module):
-    """A new visitor's session holds what gradio 5.50's own ``SessionState`` holds, field for field and config for
-    config, but computes no block's config until one is read (gradio computed all 257 of them per new session, on
-    its event loop)."""
-    from gradio.state_holder import SessionState
-    demo = app_module.demo
-    lazy = SessionState(demo)
-    eager = SessionState.__new__(SessionState)
-    SessionState.__init__.eager(eager, demo)
-    assert SessionState.__init__.lazy_config and vars(lazy).keys() == vars(eager).keys()
-    assert not lazy.config_values._values                                  # nothing computed yet
-    some = next(iter(eager.config_values))
-    assert lazy.config_values[some] == eager.config_values[some] and len(lazy.config_values._values) == 1
-    for state in (lazy, eager):                  # what gradio does as a handler updates a value or a component
-        state._update_value_in_config(some, "changed")
-    assert list(lazy.components) == list(eager.components)               # the deep link's read: same order, same
-    assert some in lazy.config_values and -1 not in lazy.config_values
