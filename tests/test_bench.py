@@ -404,7 +404,8 @@ def test_the_command_lines_in_the_docs_name_the_same_subcommand_as_before(argv, 
 
 def _command_lines() -> list[str]:
     """Every ``python -m dico.bench`` command line the README, the docs and the result files' records show (an
-    inline code span broken over two lines joined; shell comments and a trailing ``&`` left out)."""
+    inline code span broken over two lines joined, and a shell line continued with a backslash; shell comments and a
+    trailing ``&`` left out)."""
     import json
     import re
 
@@ -419,6 +420,10 @@ def _command_lines() -> list[str]:
             text = line[at:]
             if line[:at].count("`") % 2 and "`" not in text:       # an inline span going on on the next line
                 text += " " + lines[i + 1].split("`")[0]
+            j = i
+            while text.rstrip().endswith("\\"):                    # a shell line going on on the next line
+                j += 1
+                text = text.rstrip()[:-1] + " " + lines[j].strip()
             found.append(re.split(r"[`\"#]", text)[0])
     return sorted({c.strip().rstrip("&),. ").strip() for c in found if c.startswith("python -m dico.bench ")})
 

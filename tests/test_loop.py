@@ -178,8 +178,10 @@ def test_semi_ar_decodes_blocks_left_to_right_each_finished_before_the_next_open
     blocks = [[start, start + width] for start in range(0, req["gen_length"], width)]
     windows = [step.window for step in trace.steps]
     visited = [w for i, w in enumerate(windows) if i == 0 or w != windows[i - 1]]
-    # every block in turn; Prophet's early commit writes what is left of the response in one step and ends there
-    assert visited == blocks or (method == "prophet" and visited == blocks[:len(visited)])
+    # every block in turn; Prophet's early commit writes what is left of the response in one step and ends there, and
+    # a run out of passes (SDAR drawing the mask token pass after pass on a scripted model) ends where it stands
+    early = method == "prophet" or trace.limit_reached
+    assert visited == blocks or (early and visited == blocks[:len(visited)])
     assert trace.block_length == width
 
 
