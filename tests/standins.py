@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 from torch import nn
 
@@ -376,6 +377,19 @@ REMOTE_VARIANTS = {"llada": ("llada", {}),
 REMOTE_LAYERS = {"llada": "n_layers", "dream": "num_hidden_layers"}        # each config's own name
 # SDAR's stand-in code lives in the package: the blocks bench (python -m dico.bench blocks) builds it at full size too.
 SDAR_STANDIN = Path(dico.__file__).parent / "bench" / "sdar_standin.py"
+
+
+def refused_before_any_pass(predictor, field: str, *args, **request) -> None:
+    """``dico.generate(predictor, *args, **request)`` is refused with one line naming ``field``, before the model
+    computes a single pass."""
+    calls = []
+    hook = predictor.model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(ValueError, match=f"^{field}: ") as err:
+            dico.generate(predictor, *args, **request)
+    finally:
+        hook.remove()
+    assert not calls and "\n" not in str(err.value)
 
 
 def release_model_folder(path: Path, source: str | Path, code_name: str, classes: tuple[str, str], words: list[str],
