@@ -197,6 +197,15 @@ def first_impression() -> dict:
     return {**results(traces, status), "prompt": traces[0].prompt}
 
 
+def example_prompt() -> str:
+    """The example run's prompt, which the prompt box holds from the start: a Run pressed before the example run
+    has loaded decodes the prompt the page is about to show, not an empty box."""
+    try:
+        return read_traces(EXAMPLE_RUN.read_bytes())[0].prompt
+    except (OSError, ValueError, IndexError):
+        return ""
+
+
 @friendly("Cannot replay the race", page=True)
 def replay_race(request: gr.Request, traces, speed):
     """The race of the traces on screen again, at ``speed`` steps per second; Stop ends it."""

@@ -136,7 +136,7 @@ def build_demo() -> gr.Blocks:
 def run_column() -> dict:
     """The prompt, its examples, Run and Stop, the status and the race, replay, download and upload."""
     examples, examples_notice = load_examples(EXAMPLES)
-    c = {"prompt": gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
+    c = {"prompt": gr.Textbox(h.example_prompt(), label="Prompt", lines=3, max_lines=8, elem_id="prompt",
                               placeholder="e.g. Tom has 5 apples. He buys 3 more apples. How many apples does "
                                           "Tom have now?")}
     examples = [e for e in examples if not e.get("model")]    # the long ones open on their own model: buttons below

@@ -335,6 +335,8 @@ def test_the_page_opens_on_the_shipped_example_run(app_module):
     assert [t.label for t in result["traces"]] == ["Vanilla", "Top-4 per step", "Fast-dLLM", "DiCo"]
     assert all(result[name] is not None for name in ("trajectory", "phases", "side_by_side", "attention"))
     assert "finished example run" in result["status"] and lanes(result["answers"]) == 4
+    box = next(b for b in app_module.demo.blocks.values() if getattr(b, "elem_id", None) == "prompt")
+    assert box.value == result["prompt"]        # a Run pressed before the example loaded decodes what will show
 
 
 def test_the_shipped_example_run_is_what_the_decoder_does(predictor, logit_noise):

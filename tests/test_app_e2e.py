@@ -25,6 +25,7 @@ def watch(page, app_url, width=1400, height=1000):
     page.set_viewport_size({"width": width, "height": height})
     page.goto(app_url, timeout=120_000)
     expect(page.locator("#run")).to_be_visible(timeout=120_000)
+    expect(page.locator("#status")).to_contain_text("finished example run", timeout=120_000)   # what a visitor sees
     return problems
 
 
