@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import MutableMapping
 
 from starlette.middleware import Middleware
 
@@ -43,6 +44,101 @@ class WithoutCdnScripts:
             else:
                 await send(message)
         await self.app(scope, receive, rewrite)
+
+
+class SessionConfig(MutableMapping):
+    """gradio 5.50's ``SessionState.config_values`` (each block's config, which only its deep-link endpoint reads),
+    with a block's entry computed when first read rather than every block's when a session starts. Eagerly, a new
+    session cost gradio's event loop 16 ms for this page's 257 blocks, so a burst of new visitors queued behind it
+    before any was told the demo is busy. A block replaced in the session is written here by gradio itself, so an
+    entry computed late is the one computed early."""
+
+    def __init__(self, state, ids):
+        self._state, self._ids, self._values = state, list(ids), {}
+        self._known = set(self._ids)
+
+    def __getitem__(self, key):
+        if key not in self._values:
+            if key not in self._known:
+                raise KeyError(key)
+            config = self._state.blocks_config
+            self._values[key] = config.config_for_block(key, [], config.blocks[key])
+        return self._values[key]
+
+    def __setitem__(self, key, value) -> None:
+        self._values[key] = value
+        if key not in self._known:
+            self._known.add(key)
+            self._ids.append(key)
+
+    def __delitem__(self, key) -> None:
+        self._known.remove(key)
+        self._ids.remove(key)
+        self._values.pop(key, None)
+
+    def __contains__(self, key) -> bool:
+        return key in self._known
+
+    def __iter__(self):
+        return iter(list(self._ids))
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+def lazy_session_configs() -> None:
+    """Make gradio's new sessions keep a ``SessionConfig`` instead of computing every block's config (idempotent).
+    The rest is ``SessionState.__init__`` of gradio 5.50 field for field; tests/test_upkeep.py checks a session
+    made here against one made by the pinned gradio's own code."""
+    import os
+    from copy import copy
+
+    from gradio.state_holder import SessionState
+    if getattr(SessionState.__init__, "lazy_config", False):
+        return
+
+    def init(self, blocks):
+        self.blocks_config = copy(blocks.default_config)
+        self.config_values = SessionConfig(self, [k for k in self.blocks_config.blocks if k in blocks.blocks])
+        self.state_data = {}
+        self._state_ttl = {}
+        self.is_closed = False
+        self.STATE_TTL_WHEN_CLOSED = 1 if os.getenv("GRADIO_IS_E2E_TEST", None) else 3600
+    init.lazy_config = True
+    init.eager = SessionState.__init__
+    SessionState.__init__ = init
+
+
+def cheap_skipped_outputs() -> None:
+    """Make gradio pass an output a handler left out of its ``{component: value}`` dict as the empty update it is.
+    gradio 5.50 fills every output left out with ``gr.skip()`` and then treats that as a property update: on its event
+    loop it builds a new component of that class and its config, for every such output of every yield. A race frame
+    sets the status and the answers of some 25 outputs, so each frame cost the loop 15-25 ms, and a burst of new
+    visitors waited behind the running races' frames to be told the demo is busy. Here only the outputs given are
+    postprocessed by gradio's own code; the rest are sent as gradio sends them, ``{"__type__": "update"}`` (None
+    for a ``gr.State``) (idempotent; tests/test_upkeep.py checks the outputs against the pinned gradio's own)."""
+    from copy import copy
+
+    from gradio.blocks import Block, Blocks
+    from gradio.helpers import skip
+    if getattr(Blocks.postprocess_data, "cheap_skips", False):
+        return
+    everything = Blocks.postprocess_data
+
+    async def postprocess_data(self, block_fn, predictions, state):
+        if (isinstance(predictions, dict) and predictions and len(block_fn.outputs) > 1
+                and all(isinstance(key, Block) for key in predictions)):
+            given = {key._id for key in predictions}
+            if len(given) < len(block_fn.outputs):
+                part = copy(block_fn)
+                part.outputs = [block for block in block_fn.outputs if block._id in given]
+                done = iter(await everything(self, part, predictions, state))
+                return [next(done) if block._id in given else None if block.stateful else skip()
+                        for block in block_fn.outputs]
+        return await everything(self, block_fn, predictions, state)
+    postprocess_data.cheap_skips = True
+    postprocess_data.everything = everything
+    Blocks.postprocess_data = postprocess_data
 
 
 def _blocks():

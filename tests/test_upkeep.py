@@ -422,3 +422,57 @@ def test_figures_leave_the_handler_as_json_so_gradios_event_loop_only_sends_them
     assert sent.type == "plotly" and sent.plot == figure.to_json()       # what gr.Plot's postprocess would make
     assert gr.Plot().postprocess(sent) is sent                            # and gradio passes it as it is
     assert out["later"]["visible"] and out["later"]["value"].plot == figure.to_json()
+
+
+def test_a_new_session_is_gradios_own_with_each_blocks_config_computed_when_read(app_module):
+    """A new visitor's session holds what gradio 5.50's own ``SessionState`` holds, field for field and config for
+    config, but computes no block's config until one is read (gradio computed all 257 of them per new session, on
+    its event loop)."""
+    from gradio.state_holder import SessionState
+    demo = app_module.demo
+    lazy = SessionState(demo)
+    eager = SessionState.__new__(SessionState)
+    SessionState.__init__.eager(eager, demo)
+    assert SessionState.__init__.lazy_config and vars(lazy).keys() == vars(eager).keys()
+    assert not lazy.config_values._values                                  # nothing computed yet
+    some = next(iter(eager.config_values))
+    assert lazy.config_values[some] == eager.config_values[some] and len(lazy.config_values._values) == 1
+    for state in (lazy, eager):                  # what gradio does as a handler updates a value or a component
+        state._update_value_in_config(some, "changed")
+    assert list(lazy.components) == list(eager.components)               # the deep link's read: same order, same
+    assert some in lazy.config_values and -1 not in lazy.config_values
+
+
+def test_an_output_a_frame_leaves_out_is_sent_as_gradio_sends_it_without_building_a_component(app_module):
+    """A race frame gives a few of the run's outputs; gradio 5.50 built a new component of every other one on its
+    event loop, each frame. The outputs sent are the pinned gradio's own, and no component is built for those left
+    out."""
+    import asyncio
+
+    import gradio as gr
+    from gradio.blocks import Blocks
+    from gradio.state_holder import SessionState
+    demo = app_module.demo
+    run = next(fn for fn in demo.fns.values() if fn.api_name == "run")
+    status, answers = (next(b for b in run.outputs if getattr(b, "elem_id", None) == name)
+                       for name in ("status", "answers"))
+    frame = {status: "**Busy**: try again", answers: "<p>the race</p>"}
+    assert Blocks.postprocess_data.cheap_skips and len(run.outputs) > 10
+    ours, gradios = SessionState(demo), SessionState(demo)
+    sent = asyncio.run(Blocks.postprocess_data(demo, run, dict(frame), ours))
+    built = []
+    real = gr.Plot.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(self)
+        real(self, *args, **kwargs)
+    gr.Plot.__init__ = counted
+    try:
+        assert asyncio.run(Blocks.postprocess_data(demo, run, dict(frame), ours)) == sent and built == []
+        assert asyncio.run(Blocks.postprocess_data.everything(demo, run, dict(frame), gradios)) == sent
+        assert built                                       # gradio's own builds the plots it leaves as they are
+    finally:
+        gr.Plot.__init__ = real
+    assert sent[run.outputs.index(status)] == "**Busy**: try again"
+    kept = [value for block, value in zip(run.outputs, sent) if block not in frame and not block.stateful]
+    assert kept == [{"__type__": "update"}] * len(kept)
