@@ -27,16 +27,17 @@ def bench(*args, timeout=300):
 @pytest.mark.subprocess
 def test_table1_rows_at_two_lengths_side_by_side(tmp_path):
     out, md = tmp_path / "rows.json", tmp_path / "table.md"
-    result = bench("--items", "2", "--lengths", "16/8,24/8", "--batch-size", "2", "--jobs", "2", "--json", str(out),
-                   "--markdown", str(md), "--no-progress")
+    families = ("word", "pick")          # every short family by default (test_table1_methods_...); two are enough here
+    result = bench("--items", "2", "--lengths", "16/8,24/8", "--families", ",".join(families), "--batch-size", "2",
+                   "--jobs", "2", "--json", str(out), "--markdown", str(md), "--no-progress")
     assert result.returncode == 0, result.stderr[-2000:]
     rows, run = read_results(out)
     assert run["lengths"] == [[16, 8], [24, 8]] and (run["batch_size"], run["jobs"]) == (2, 2)
     configs = [(m, default_label(m)) for m in METHODS] + [("dico", "DiCo (authors' code)"), FLOOR_ROW[1::-1]]
     assert {(r["method"], r["label"], r["mode"], r["task"], r["gen_length"]) for r in rows} == {
         (m, label, mode, t, g) for m, label in configs for mode in ("non-ar", "semi-ar")
-        for t in tasks.SHORT_FAMILIES for g in (16, 24)
-        if decodes_in(m, mode)}                                 # every short family, every mode the method decodes in
+        for t in families for g in (16, 24)
+        if decodes_in(m, mode)}                                 # every family asked, every mode the method decodes in
     assert {r["settings"].get("authors_code") for r in rows if r["label"] == "DiCo (authors' code)"} == {True}
     for r in rows:
         assert set(ROW_FIELDS) <= r.keys() and r["n"] == 2
@@ -89,12 +90,26 @@ def test_the_throughput_table_names_the_families_its_prompts_came_from():
     assert "1 of 8 texts differ from batch 1's" in on_gpu
 
 
-@pytest.mark.parametrize("args", [("ablation", "colour"), ("--lengths", "96/40"), ("--batch-size", "0"),
-                                  ("--jobs", "0"), ("--modes", "ar"), ("speed", "--device", "tpu"),
-                                  ("--dtype", "float8")])
+def refused(args, capsys, says: str | None = None) -> tuple[int, str | None]:
+    """``python -m dico.bench ARGS`` in this process: its exit status, and ``says`` if its error message holds it."""
+    from dico.bench.cli import main
+    try:
+        status = main(list(args))
+    except SystemExit as exit:                  # argparse's own refusals
+        status = exit.code
+    err = capsys.readouterr().err
+    return status, says if says is not None and says in err and "Traceback" not in err else err
+
+
+@pytest.mark.parametrize("args", [("ablation", "colour"), ("--batch-size", "0"), ("--jobs", "0"), ("--modes", "ar"),
+                                  ("speed", "--device", "tpu"), ("--dtype", "float8")])
+def test_bench_refuses_bad_requests_with_a_message(args, capsys):
+    assert refused(args, capsys, "error:") == (2, "error:")
+
+
 @pytest.mark.subprocess
-def test_bench_refuses_bad_requests_with_a_message(args):
-    result = bench(*args, timeout=120)
+def test_a_refused_bench_ends_the_process_with_the_message_and_no_traceback():
+    result = bench("--lengths", "96/40", timeout=120)
     assert result.returncode == 2 and "error:" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -455,6 +470,7 @@ def test_table1_methods_decodes_only_the_chosen_rows_and_refuses_an_unknown_one(
     top, names = parser()
     chosen = benchmark.plan(top.parse_args(with_subcommand(["--methods", "saber,eb", "--quick"], names)))
     assert [c[0] for c in chosen.configs] == ["EB-Sampler", "Saber"] and REFERENCE not in chosen.configs
+    assert chosen.families == tasks.SHORT_FAMILIES and chosen.modes == ("non-ar", "semi-ar")    # the default scope
     assert chosen.title.startswith("Table 1 (small scale): EB-Sampler, Saber;")
     assert [c[0] for c in benchmark.table_configs("dico")] == ["DiCo", "DiCo (authors' code)"]
     assert benchmark.table_configs(None) == list(TABLE) + [FLOOR_ROW]           # the floor each row is read against

@@ -83,11 +83,15 @@ def test_klass_forgetting_its_history_at_each_block_is_the_dico_releases_port(pr
                                 reset_each_block=True)
 
 
+# Three held-out items of every family a method, but two for Saber: it commits about one token a pass here (94 passes at
+# gen 96), so each of its items already compares some 90 steps, and a third would add 30 s to CI for little more.
+MATRIX = [pytest.param(method, mode, family, index, id=f"{method}-{mode}-{family}-{index}")
+          for method in REFERENCES for mode in MODES for family in tasks.FAMILIES
+          for index in range(2 if method == "saber" else 3)]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("index", range(3))
-@pytest.mark.parametrize("family", tasks.FAMILIES)
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("method", REFERENCES)
+@pytest.mark.parametrize("method, mode, family, index", MATRIX)
 def test_each_method_follows_its_reference_on_held_out_items_of_every_family(predictor, method, mode, family, index):
     assert_decodes_as_reference(predictor, method, tasks.make_split(family, "test")[index].prompt, mode)
 

@@ -9,7 +9,7 @@ from dico.bench.core import FLOOR, wilson
 from dico.bench.frontier import TOPK, naive_topk, sweep
 from dico.bench.tables import FRONTIER_FIELDS, read_results
 from dico.settings import METHODS, REVISING, decodes_in, settings_for
-from tests.test_bench import bench
+from tests.test_bench import bench, refused
 
 
 def test_each_line_turns_one_knob_and_one_token_a_step_comes_first():
@@ -60,10 +60,15 @@ def test_a_tiny_real_sweep_writes_rows_json_and_markdown(tmp_path):
     (("frontier", "--jobs", "0"), "jobs, batch_size: must be >= 1"),
     (("--gen", "96"), "unrecognized arguments: --gen"),           # only the frontier takes --gen
 ])
+def test_bad_frontier_options_are_refused_with_a_message(args, says, capsys):
+    assert refused(args, capsys, says) == (2, says)
+
+
 @pytest.mark.subprocess
-def test_bad_frontier_options_are_refused_with_a_message(args, says):
-    result = bench(*args, timeout=120)
-    assert result.returncode == 2 and says in result.stderr and "Traceback" not in result.stderr
+def test_a_refused_frontier_ends_the_process_with_the_message_and_no_traceback():
+    result = bench("frontier", "--gen", "40", timeout=120)
+    assert result.returncode == 2 and "gen: must be a positive multiple of 16" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def fixed_rows() -> list[dict]:
