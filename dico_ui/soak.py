@@ -138,6 +138,61 @@ class Soak:
         return outcomes
 
 
+def bare_burst(url: str, n: int, gen: int, methods=METHODS) -> list[tuple[str, float, str]]:
+    """``n`` new sessions send a run at the same moment, each over bare HTTP from one asyncio loop (no gradio_client,
+    no HTTP library), speaking gradio's queue protocol as the page does: (outcome, seconds, status) as ``Soak.run``.
+    What it times is the server's answer; gradio_client's threads cost seconds of these same cores themselves."""
+    import asyncio
+    import json
+    import uuid
+    from urllib.parse import urlparse
+    host, port = urlparse(url).hostname, urlparse(url).port
+    with urllib.request.urlopen(url + "config", timeout=30) as response:
+        run = next(d["id"] for d in json.load(response)["dependencies"] if d.get("api_name") == "run")
+
+    async def exchange(request: bytes):
+        reader, writer = await asyncio.open_connection(host, port, limit=2**26)
+        writer.write(request)
+        await writer.drain()
+        return reader, writer
+
+    async def one(i: int, started: float):
+        session = uuid.uuid4().hex
+        body = json.dumps({"data": [PROMPTS[i % len(PROMPTS)], "dico-tiny", "non-ar", gen, 32, methods, "", True, "",
+                                    None], "fn_index": run, "session_hash": session, "trigger_id": None,
+                           "event_data": None}).encode()
+        reader, writer = await exchange(b"POST /gradio_api/queue/join HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n"
+                                        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                                        % (len(body), body))
+        await reader.read()
+        writer.close()
+        reader, writer = await exchange(f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: soak"
+                                        f"\r\nConnection: close\r\n\r\n".encode())
+        try:
+            while line := await reader.readline():
+                if not line.startswith(b"data:"):
+                    continue
+                message = json.loads(line[5:])
+                if message.get("msg") != "process_completed":
+                    continue
+                seconds, output = time.perf_counter() - started, message.get("output") or {}
+                if not message.get("success"):
+                    text = str(output.get("error"))
+                    return ("busy" if "The demo is busy" in text else "refused"), seconds, text
+                status, answers = output["data"][0], output["data"][1]
+                right = status.startswith("Done") and answers.count("answer complete at step") == len(methods)
+                kind = "right" if right else "stopped" if status.startswith("Stopped at the time limit") else "failed"
+                return kind, seconds, status[:200]
+            return "no answer", time.perf_counter() - started, "the stream ended without a result"
+        finally:
+            writer.close()
+
+    async def burst():
+        started = time.perf_counter()
+        return await asyncio.gather(*(one(i, started) for i in range(n)))
+    return asyncio.run(burst())
+
+
 def percentiles(seconds: list[float]) -> str:
     if len(seconds) < 2:
         return "n/a"
@@ -217,19 +272,25 @@ def at_once(soak: Soak, n: int, gen: int, missed: list) -> None:
 
 
 def burst(soak: Soak, n: int, gen: int, missed: list) -> None:
-    """``n`` clients at once, each served (a result, or its partial answers at the run's time limit) or told busy."""
-    outcomes = soak.at_once(n, gen)
-    counts = tally(outcomes)
-    busy = [s for k, s, _ in outcomes if k == "busy"]
-    served = [s for k, s, _ in outcomes if k in ("right", "stopped")]
-    print(f"burst: {n} clients at once (gen {gen}, {len(METHODS)} lanes, attention on): {counts}; results "
-          f"{percentiles(served)}; busy answered in {percentiles(busy)}; load {os.getloadavg()[0]:.1f}")
-    if len(served) + len(busy) != n:
-        missed.append("burst")
-        print("  neither:", [o for o in outcomes if o[0] not in ("right", "stopped", "busy")][:5])
-    example = next((t for k, _, t in outcomes if k == "busy"), "")
-    if example:
-        print(f"  the busy message: {example}")
+    """``n`` clients at once, each served (a result, or its partial answers at the run's time limit) or told busy:
+    first over bare HTTP (the server's own answer times), then through gradio_client (what a Python client sees,
+    its threads sharing these cores)."""
+    for how, outcomes in (("bare HTTP", lambda: bare_burst(soak.url, n, gen)),   # each returns once all have answers
+                          ("gradio_client", lambda: soak.at_once(n, gen))):
+        outcomes = outcomes()
+        counts = tally(outcomes)
+        busy = [s for k, s, _ in outcomes if k == "busy"]
+        served = [s for k, s, _ in outcomes if k in ("right", "stopped")]
+        print(f"burst, {how}: {n} clients at once (gen {gen}, {len(METHODS)} lanes, attention on): {counts}; results "
+              f"{percentiles(served)}; busy answered in {percentiles(busy)}; load {os.getloadavg()[0]:.1f}",
+              flush=True)
+        if len(served) + len(busy) != n:
+            missed.append(f"burst ({how})")
+            print("  neither:", [o for o in outcomes if o[0] not in ("right", "stopped", "busy")][:5])
+        example = next((t for k, _, t in outcomes if k == "busy"), "")
+        if example:
+            print(f"  the busy message: {example}")
+
 
 
 def bad_inputs(soak: Soak, pid: int, missed: list) -> None:

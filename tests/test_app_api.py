@@ -142,6 +142,22 @@ def test_users_at_once_each_get_their_own_race(app_url, app_module, predictor):
         assert list(pool.map(one, prompts)) == prompts
 
 
+@pytest.mark.soak
+def test_the_soaks_bare_http_burst_reads_each_answer_as_gradio_sends_it(app_url, app_module, predictor, monkeypatch):
+    """The soak times a burst's answers over bare HTTP, speaking gradio's queue protocol itself: a result is read as
+    right, a full line's refusal as busy, with the app's words."""
+    from dico_ui import runs, soak
+    from dico_ui.bounded import Line
+    assert [kind for kind, _, _ in soak.bare_burst(app_url, 2, 8)] == ["right", "right"]
+    monkeypatch.setattr(runs, "LINE", Line(decoders=1, size=1, guess_s=30))
+    holder = runs.LINE.join("someone")
+    try:
+        told = soak.bare_burst(app_url, 3, 8)
+    finally:
+        runs.LINE.leave(holder)
+    assert [kind for kind, _, _ in told] == ["busy"] * 3 and all("The demo is busy" in text for _, _, text in told)
+
+
 # ============================================================================ staying up
 
 def test_a_full_line_is_told_busy_at_once_in_the_apps_words(client, app_module, predictor, monkeypatch):
