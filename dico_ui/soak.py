@@ -5,7 +5,8 @@
 
 Phases, each through gradio_client against a fresh server process: ``--sessions`` runs, each from a new
 session that then closes (attention capture on); ``--concurrent`` clients at once (a full line's worth, all must
-be right); ``--burst`` clients at once (each a result or the app's busy message); every kind of bad input (each
+be right); ``--burst`` clients at once (each a result or the app's busy message), first over bare HTTP (the
+server's own answer times), then through gradio_client; every kind of bad input (each
 a message naming its field); one more run. Prints resident memory after ``--warmup`` sessions and at the end,
 latency percentiles, failures and the tracebacks in the server's log; exits 1 when a target is missed.
 """
