@@ -199,8 +199,8 @@ def test_the_cache_bench_can_take_its_decodes_without_a_cache_from_table_1(tmp_p
     from dico.bench.parts import weights_id
 
     families = ("word", "pick")
-    assert main(["--items", "2", "--lengths", "32/16", "--families", ",".join(families), "--parts", str(tmp_path),
-                 "--no-progress"]) == 0
+    assert main(["--items", "2", "--lengths", "32/16", "--families", ",".join(families), "--methods", "fast",
+                 "--parts", str(tmp_path), "--no-progress"]) == 0       # Fast-dLLM's rows, and Vanilla's beside them
     saved, weights = table1_parts(tmp_path), weights_id(None)
     cases = [("fast", "semi-ar", 32, 16, ("prefix", "dual"), 0), ("vanilla", "non-ar", 32, None, ("delayed",), 0)]
     predictor = dico.load_model(attention=False)
