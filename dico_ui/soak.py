@@ -191,7 +191,8 @@ def bare_burst(url: str, n: int, gen: int, methods=METHODS) -> list[tuple[str, f
     async def burst():
         started = time.perf_counter()
         return await asyncio.gather(*(one(i, started) for i in range(n)))
-    return asyncio.run(burst())
+    with ThreadPoolExecutor(1) as alone:        # a loop of its own, whatever loop the caller's thread runs
+        return alone.submit(asyncio.run, burst()).result()
 
 
 def percentiles(seconds: list[float]) -> str:
