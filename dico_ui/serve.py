@@ -1,7 +1,9 @@
 """Serving: the launch options shared by ``python app.py`` and the test server, a middleware that keeps the
-page from loading anything beyond this server, and the two places the app reads gradio 5.50's session and
-queue tables (``client_connected``, ``forget_session``; tests/test_app_api.py runs both against the pinned
-gradio)."""
+page from loading anything beyond this server, the two places the app reads gradio 5.50's session and queue
+tables (``client_connected``, ``forget_session``; tests/test_app_api.py runs both against the pinned gradio), and
+two mends of work gradio 5.50 does on its event loop that a burst of visitors waited behind
+(``lazy_session_configs``, ``cheap_skipped_outputs``; tests/test_upkeep.py checks each against the pinned gradio's
+own result). A gradio upgrade re-reads all four."""
 from __future__ import annotations
 
 import re
