@@ -75,6 +75,19 @@ def start_server(log: Path) -> tuple[subprocess.Popen, str]:
     raise SystemExit(f"the app did not start; see {log}")
 
 
+def refused(error: str) -> str:
+    """What a refused run was: the app's busy message, or another refusal."""
+    return "busy" if "The demo is busy" in error else "refused"
+
+
+def served(status: str, answers: str, methods) -> str:
+    """What a run that came back was: right (done, every lane's answer complete), stopped at the time limit, or
+    failed."""
+    if status.startswith("Done") and answers.count("answer complete at step") == len(methods):
+        return "right"
+    return "stopped" if status.startswith("Stopped at the time limit") else "failed"
+
+
 class Soak:
     def __init__(self, url: str, gen: int, timeout: float = 60.0):
         from gradio_client import Client
@@ -104,17 +117,12 @@ class Soak:
             out = client.predict(prompt, model, mode, self.gen if gen is None else gen, block, methods, settings,
                                  True, api_name="/run")
         except AppError as exc:
-            text = str(exc)
-            kind = "busy" if "The demo is busy" in text else "refused"
-            return kind, time.perf_counter() - started, text
+            return refused(str(exc)), time.perf_counter() - started, str(exc)
         except (httpx.TimeoutException, CancelledError) as exc:     # gradio_client cancels a call whose stream died
             return "no answer", time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # noqa: BLE001 - counted as a failure, with what it was
             return "failed", time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
-        status, answers = out[0], out[1]
-        right = status.startswith("Done") and answers.count("answer complete at step") == len(methods)
-        kind = "right" if right else "stopped" if status.startswith("Stopped at the time limit") else "failed"
-        return kind, time.perf_counter() - started, status[:200]
+        return served(out[0], out[1], methods), time.perf_counter() - started, out[0][:200]
 
     def one_session(self, prompt):
         client = self.client()
@@ -178,12 +186,10 @@ def bare_burst(url: str, n: int, gen: int, methods=METHODS) -> list[tuple[str, f
                     continue
                 seconds, output = time.perf_counter() - started, message.get("output") or {}
                 if not message.get("success"):
-                    text = str(output.get("error"))
-                    return ("busy" if "The demo is busy" in text else "refused"), seconds, text
-                status, answers = output["data"][0], output["data"][1]
-                right = status.startswith("Done") and answers.count("answer complete at step") == len(methods)
-                kind = "right" if right else "stopped" if status.startswith("Stopped at the time limit") else "failed"
-                return kind, seconds, status[:200]
+                    error = str(output.get("error"))
+                    return refused(error), seconds, error
+                status, answers = output["data"][:2]
+                return served(status, answers, methods), seconds, status[:200]
             return "no answer", time.perf_counter() - started, "the stream ended without a result"
         finally:
             writer.close()
@@ -277,9 +283,9 @@ def burst(soak: Soak, n: int, gen: int, missed: list) -> None:
     """``n`` clients at once, each served (a result, or its partial answers at the run's time limit) or told busy:
     first over bare HTTP (the server's own answer times), then through gradio_client (what a Python client sees,
     its threads sharing these cores)."""
-    for how, outcomes in (("bare HTTP", lambda: bare_burst(soak.url, n, gen)),   # each returns once all have answers
-                          ("gradio_client", lambda: soak.at_once(n, gen))):
-        outcomes = outcomes()
+    for how, send in (("bare HTTP", lambda: bare_burst(soak.url, n, gen)),   # each returns once all have answers
+                      ("gradio_client", lambda: soak.at_once(n, gen))):
+        outcomes = send()
         counts = tally(outcomes)
         busy = [s for k, s, _ in outcomes if k == "busy"]
         served = [s for k, s, _ in outcomes if k in ("right", "stopped")]
@@ -292,7 +298,6 @@ def burst(soak: Soak, n: int, gen: int, missed: list) -> None:
         example = next((t for k, _, t in outcomes if k == "busy"), "")
         if example:
             print(f"  the busy message: {example}")
-
 
 
 def bad_inputs(soak: Soak, pid: int, missed: list) -> None:
